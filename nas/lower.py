@@ -1,0 +1,266 @@
+"""Sugar → canonical form: pure functions from spec to spec.
+
+``lower(spec)`` resolves the layer list (``num_layers`` + ``layer``, or ``hybrid``),
+applies ``model.defaults`` per op kind, fills derived sizes (attention head dim, Mamba-2
+heads, FFN widths), and expands ``loop`` sugar into explicit :class:`LoopRegion` s.
+"""
+from __future__ import annotations
+
+import math
+
+from pydantic import TypeAdapter, ValidationError
+
+from .errors import SpecError, fail, from_validation_error
+from .spec import (
+    FFN_KINDS, MIXER_KINDS, ArchSpec, AttnSpec, DSASpec, HybridSpec, IterOverride,
+    LayerSpec, LoopRegion, LoopSugar, Mamba2Spec, MixerSpec, ModelSpec, MoESpec,
+    NSASpec, OpAddr, ParallelSpec, Spec, SwiGLUSpec, SwitchSpec,
+)
+
+_MIXER = TypeAdapter(MixerSpec)
+
+
+def default_ffn_hidden(width: int) -> int:
+    """fla ``GatedMLP``'s default: 2/3 · 4 · width, rounded up to a multiple of 256."""
+    hidden = int(width * 4 * 2 / 3)
+    return 256 * ((hidden + 255) // 256)
+
+
+def _with_defaults(op: Spec, defaults: dict, path: str) -> Spec:
+    """Re-validate ``op`` starting from ``defaults[op.kind]``; explicit fields win."""
+    explicit = op.model_dump(exclude_unset=True)
+    if isinstance(op, (ParallelSpec, SwitchSpec)):
+        field = "branches" if isinstance(op, ParallelSpec) else "options"
+        subs = tuple(_with_defaults(b, defaults, f"{path}.{field}[{i}]")
+                     for i, b in enumerate(getattr(op, field)))
+        return op.model_copy(update={field: subs})
+    base = defaults.get(op.kind, {})
+    try:
+        return type(op).model_validate({**base, **explicit, "kind": op.kind})
+    except ValidationError as exc:
+        raise from_validation_error(exc, type(op), (f"model.defaults.{op.kind}",)) from None
+
+
+def _sized(op: Spec, width: int, path: str) -> Spec:
+    """Fill sizes that default to a function of the width."""
+    if isinstance(op, (ParallelSpec, SwitchSpec)):
+        field = "branches" if isinstance(op, ParallelSpec) else "options"
+        subs = tuple(_sized(b, width, f"{path}.{field}[{i}]") for i, b in enumerate(getattr(op, field)))
+        return op.model_copy(update={field: subs})
+    if isinstance(op, (AttnSpec, DSASpec)) and op.head_dim is None:
+        if width % op.num_heads:
+            raise fail(f"{path}.num_heads", f"width {width} is not divisible by num_heads "
+                       f"{op.num_heads}; pick num_heads dividing {width} or set head_dim")
+        return op.model_copy(update={"head_dim": width // op.num_heads})
+    if isinstance(op, Mamba2Spec) and op.num_heads is None:
+        inner = op.expand * width
+        if inner % op.head_dim:
+            raise fail(f"{path}.head_dim", f"expand*width = {inner} is not divisible by "
+                       f"head_dim {op.head_dim}; pick a head_dim dividing {inner}")
+        return op.model_copy(update={"num_heads": inner // op.head_dim})
+    if isinstance(op, SwiGLUSpec) and op.hidden_size is None:
+        return op.model_copy(update={"hidden_size": default_ffn_hidden(width)})
+    if isinstance(op, MoESpec) and op.expert_hidden is None:
+        return op.model_copy(update={"expert_hidden": default_ffn_hidden(width)})
+    return op
+
+
+def _check_defaults_keys(model: ModelSpec) -> None:
+    for key in model.defaults:
+        if key not in MIXER_KINDS + FFN_KINDS:
+            raise fail(f"model.defaults.{key}", f"unknown op kind '{key}'; valid kinds: "
+                       f"{', '.join(MIXER_KINDS + FFN_KINDS)}")
+
+
+def _resolve_layer(layer: LayerSpec, model: ModelSpec, path: str) -> LayerSpec:
+    mixer = _sized(_with_defaults(layer.mixer, model.defaults, f"{path}.mixer"), model.width, f"{path}.mixer")
+    ffn = _sized(_with_defaults(layer.ffn, model.defaults, f"{path}.ffn"), model.width, f"{path}.ffn")
+    return LayerSpec(mixer=mixer, ffn=ffn)
+
+
+# ---------------------------------------------------------------- hybrid placement
+
+
+def _counts(ratio: dict[str, int], L: int) -> dict[str, int]:
+    """Layers per name by largest remainder, so counts sum to L."""
+    total = sum(ratio.values())
+    exact = {k: L * r / total for k, r in ratio.items()}
+    counts = {k: math.floor(v) for k, v in exact.items()}
+    by_remainder = sorted(exact, key=lambda k: (counts[k] - exact[k], list(ratio).index(k)))
+    for k in by_remainder[: L - sum(counts.values())]:
+        counts[k] += 1
+    return counts
+
+
+def _spread(free: list[int], n: int) -> list[int]:
+    """n of the free slots, evenly spaced, each at the end of its stride."""
+    m = len(free)
+    return [free[i] for i in range(m) if (i + 1) * n // m > i * n // m]
+
+
+def placement(hybrid: HybridSpec, L: int) -> list[str]:
+    """The mixer name of each layer for a ratio and a placement rule."""
+    if isinstance(hybrid.placement, tuple):
+        if len(hybrid.placement) != L:
+            raise fail("hybrid.placement", f"explicit placement lists {len(hybrid.placement)} "
+                       f"layers but the model has {L}; give one name per layer")
+        return list(hybrid.placement)
+    counts = _counts(hybrid.ratio, L)
+    for name, c in counts.items():
+        if c == 0:
+            raise fail("hybrid.ratio", f"ratio {':'.join(map(str, hybrid.ratio.values()))} over "
+                       f"{L} layers leaves '{name}' no layer; use at least "
+                       f"{sum(hybrid.ratio.values())} layers or change the ratio")
+    majority = max(counts, key=lambda k: (counts[k], list(counts).index(k)))
+    minority = sorted((k for k in counts if k != majority), key=lambda k: counts[k])
+    names: list[str | None] = [None] * L
+    for name in minority:
+        free = [i for i in range(L) if names[i] is None]
+        n = counts[name]
+        if hybrid.placement in ("interleave", "random"):
+            slots = _spread(free, n)
+        elif hybrid.placement == "bookend":
+            slots = free[: (n + 1) // 2] + (free[len(free) - n // 2:] if n // 2 else [])
+        elif hybrid.placement == "front":
+            slots = free[:n]
+        else:
+            slots = free[len(free) - n:]
+        for i in slots:
+            names[i] = name
+    return [n if n is not None else majority for n in names]
+
+
+def _hybrid_mixer(name: str, hybrid: HybridSpec) -> MixerSpec:
+    if name in hybrid.mixers:
+        return hybrid.mixers[name]
+    if name in MIXER_KINDS:
+        return _MIXER.validate_python({"kind": name})
+    known = sorted(set(hybrid.mixers) | set(MIXER_KINDS))
+    raise fail("hybrid", f"'{name}' is neither a mixer kind nor a key of hybrid.mixers; "
+               f"valid names: {', '.join(known)}")
+
+
+def _hybrid_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
+    hybrid, L = spec.hybrid, spec.num_layers
+    ffn = spec.layer.ffn if spec.layer is not None else SwiGLUSpec()
+    if hybrid.placement == "random":
+        options = tuple(_hybrid_mixer(n, hybrid) for n in hybrid.ratio)
+        return tuple(LayerSpec(mixer=SwitchSpec(options=options), ffn=ffn) for _ in range(L))
+    return tuple(LayerSpec(mixer=_hybrid_mixer(n, hybrid), ffn=ffn) for n in placement(hybrid, L))
+
+
+def _raw_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
+    if spec.layers is not None:
+        if spec.num_layers is not None or spec.hybrid is not None or spec.layer is not None:
+            raise fail("layers", "give either an explicit layers list or num_layers with "
+                       "layer/hybrid, not both")
+        return spec.layers
+    if spec.num_layers is None:
+        raise fail("num_layers", "field required: give num_layers (with layer or hybrid) "
+                   "or an explicit layers list")
+    if spec.hybrid is not None:
+        return _hybrid_layers(spec)
+    if spec.layer is None:
+        raise fail("layer", "field required with num_layers: the layer template to repeat "
+                   "(or use hybrid)")
+    return (spec.layer,) * spec.num_layers
+
+
+# ---------------------------------------------------------------- loops
+
+
+def _region(a: OpAddr, b: OpAddr, sugar: LoopSugar, schedule=()) -> LoopRegion:
+    return LoopRegion(start=a, end=b, T=sugar.T, update=sugar.update,
+                      conditioning=sugar.conditioning, schedule=schedule,
+                      routing_replay=sugar.routing_replay)
+
+
+def _selected(sugar: LoopSugar, layers, path: str) -> list[OpAddr]:
+    sel = sugar.select
+    if sel is None:
+        raise fail(f"{path}.select", "boundary 'selective' needs select: {ops, kinds, layers}")
+    lo, hi = sel.layers if sel.layers is not None else (0, len(layers) - 1)
+    if not 0 <= lo <= hi < len(layers):
+        raise fail(f"{path}.select.layers", f"layer range [{lo}, {hi}] is not inside "
+                   f"[0, {len(layers) - 1}]")
+    picked = []
+    for i in range(lo, hi + 1):
+        for op in ("mixer", "ffn"):
+            kind = getattr(layers[i], op).kind
+            if op in sel.ops and (sel.kinds is None or kind in sel.kinds):
+                picked.append(OpAddr(layer=i, op=op))
+    if not picked:
+        raise fail(f"{path}.select", "selects no sublayer; check ops, kinds and layers")
+    return picked
+
+
+def _elr_span(sugar: LoopSugar, L: int, path: str) -> tuple[OpAddr, OpAddr]:
+    parts = (sugar.prelude, sugar.recurrent, sugar.coda)
+    if None in parts:
+        raise fail(path, "boundary 'elr' needs prelude, recurrent and coda layer counts")
+    if sum(parts) != L:
+        raise fail(path, f"prelude + recurrent + coda = {sum(parts)} but the model has "
+                   f"{L} layers; make them add up to {L}")
+    first = sugar.prelude
+    return OpAddr(layer=first, op="mixer"), OpAddr(layer=first + sugar.recurrent - 1, op="ffn")
+
+
+def _window_schedule(sugar: LoopSugar, a: OpAddr, b: OpAddr, layers, path: str):
+    if sugar.windows is None:
+        return ()
+    if len(sugar.windows) != sugar.T:
+        raise fail(f"{path}.windows", f"{len(sugar.windows)} windows for T={sugar.T} "
+                   "iterations; give one window per iteration")
+    attn = [i for i in range(a.layer, b.layer + 1)
+            if OpAddr(layer=i, op="mixer").flat >= a.flat
+            and OpAddr(layer=i, op="mixer").flat <= b.flat
+            and isinstance(layers[i].mixer, (AttnSpec, NSASpec))]
+    if not attn:
+        raise fail(f"{path}.windows", "the loop contains no attention mixer to schedule")
+    return tuple(IterOverride(iteration=t, layer=i, window=w)
+                 for t, w in enumerate(sugar.windows) for i in attn)
+
+
+def lower_loop(sugar: LoopSugar, layers, path: str = "loop") -> list[LoopRegion]:
+    L = len(layers)
+    last = OpAddr(layer=L - 1, op="ffn")
+    b = sugar.boundary
+    if b == "none":
+        return []
+    if b in ("block", "elr"):
+        a, z = (OpAddr(layer=0, op="mixer"), last) if b == "block" else _elr_span(sugar, L, path)
+        return [_region(a, z, sugar, _window_schedule(sugar, a, z, layers, path))]
+    if b in ("mixer", "ffn"):
+        addrs = [OpAddr(layer=i, op=b) for i in range(L)]
+    else:
+        addrs = _selected(sugar, layers, path)
+        if sugar.unit == "span":
+            a, z = addrs[0], addrs[-1]
+            return [_region(a, z, sugar, _window_schedule(sugar, a, z, layers, path))]
+    return [_region(x, x, sugar, _window_schedule(sugar, x, x, layers, path) if
+                    x.op == "mixer" and isinstance(layers[x.layer].mixer, (AttnSpec, NSASpec)) else ())
+            for x in addrs]
+
+
+def lower(spec: ArchSpec) -> ArchSpec:
+    """The canonical form of ``spec`` (idempotent)."""
+    if spec.match is not None:
+        from .budget import match_budget
+        return match_budget(spec.model_copy(update={"match": None}), spec.match)
+    _check_defaults_keys(spec.model)
+    raw = _raw_layers(spec)
+    layers = tuple(_resolve_layer(l, spec.model, f"layers[{i}]") for i, l in enumerate(raw))
+    sugars = spec.loop if isinstance(spec.loop, tuple) else ((spec.loop,) if spec.loop else ())
+    regions = list(spec.loops)
+    for j, s in enumerate(sugars):
+        regions += lower_loop(s, layers, "loop" if isinstance(spec.loop, LoopSugar) else f"loop[{j}]")
+    return ArchSpec(
+        name=spec.name, description=spec.description,
+        model=spec.model.model_copy(update={"defaults": {}}),
+        layers=layers, loops=tuple(regions), elastic=spec.elastic, kv_policy=spec.kv_policy,
+        random_placement=spec.hybrid if spec.hybrid and spec.hybrid.placement == "random"
+        else spec.random_placement,
+    )
+
+
+__all__ = ["lower", "lower_loop", "placement", "default_ffn_hidden", "SpecError"]

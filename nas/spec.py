@@ -1,0 +1,451 @@
+"""The architecture DSL: frozen pydantic models, discriminated on ``kind``.
+
+An :class:`ArchSpec` is either *source* form (it may use sugar: ``num_layers`` +
+``layer``, ``hybrid``, ``loop``, ``model.defaults``) or *canonical* form (an explicit
+list of layers with every size resolved, and an explicit list of loop regions).
+:func:`nas.lower.lower` turns the first into the second; the canonical form is itself
+a valid ``ArchSpec``, so it dumps to YAML and loads back unchanged.
+
+Sizes left as ``None`` follow flash-linear-attention's layer defaults or are derived
+from the model width when lowered (see each field's description).
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+PosFloat = Annotated[float, Field(gt=0)]
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def model_post_init(self, context: Any) -> None:
+        # ``kind`` always counts as set, so ``exclude_unset`` dumps keep the discriminator.
+        if "kind" in type(self).model_fields:
+            self.__pydantic_fields_set__.add("kind")
+
+
+# ---------------------------------------------------------------- mixers
+
+
+class GDNSpec(Spec):
+    """Gated DeltaNet (fla ``GatedDeltaNet``); defaults are fla's."""
+
+    kind: Literal["gdn"] = "gdn"
+    num_heads: PositiveInt = 6
+    head_dim: PositiveInt = 256
+    expand_v: PosFloat = 2.0
+    num_v_heads: PositiveInt | None = None
+    use_gate: bool = True
+    use_short_conv: bool = True
+    conv_size: PositiveInt = 4
+    conv_bias: bool = False
+    allow_neg_eigval: bool = False
+    norm_eps: PosFloat = 1e-5
+
+
+class DeltaNetSpec(Spec):
+    """DeltaNet (fla ``DeltaNet``); head dim = width * expand_k / num_heads."""
+
+    kind: Literal["deltanet"] = "deltanet"
+    num_heads: PositiveInt = 4
+    expand_k: PosFloat = 1.0
+    expand_v: PosFloat = 1.0
+    use_beta: bool = True
+    use_gate: bool = False
+    use_short_conv: bool = True
+    conv_size: PositiveInt = 4
+    conv_bias: bool = False
+    allow_neg_eigval: bool = False
+    qk_activation: Literal["silu", "relu", "elu", "identity"] = "silu"
+    qk_norm: Literal["l2", "sum"] = "l2"
+    norm_eps: PosFloat = 1e-5
+
+
+class KDASpec(Spec):
+    """Kimi Delta Attention (fla ``KimiDeltaAttention``); defaults are fla's."""
+
+    kind: Literal["kda"] = "kda"
+    num_heads: PositiveInt = 16
+    head_dim: PositiveInt = 128
+    expand_v: PosFloat = 1.0
+    num_v_heads: PositiveInt | None = None
+    use_short_conv: bool = True
+    conv_size: PositiveInt = 4
+    conv_bias: bool = False
+    allow_neg_eigval: bool = False
+    norm_eps: PosFloat = 1e-5
+
+
+class Mamba2Spec(Spec):
+    """Mamba-2 (fla ``Mamba2``); ``num_heads=None`` means expand * width / head_dim."""
+
+    kind: Literal["mamba2"] = "mamba2"
+    num_heads: PositiveInt | None = None
+    head_dim: PositiveInt = 64
+    state_size: PositiveInt = 128
+    expand: PositiveInt = 2
+    n_groups: PositiveInt = 1
+    conv_kernel: PositiveInt = 4
+    use_conv_bias: bool = True
+    use_bias: bool = False
+    D_has_hdim: bool = False
+    rmsnorm: bool = True
+    norm_before_gate: bool = False
+    norm_eps: PosFloat = 1e-5
+    chunk_size: PositiveInt = 256
+
+
+class AttnSpec(Spec):
+    """Softmax attention (fla ``Attention``): full (``window=None``) or sliding window.
+
+    ``head_dim=None`` means width / num_heads; ``output_gate`` is the head-specific
+    sigmoid gate after SDPA (LT2 §3.4, Gated Attention).
+    """
+
+    kind: Literal["attn"] = "attn"
+    num_heads: PositiveInt = 32
+    num_kv_heads: PositiveInt | None = None
+    head_dim: PositiveInt | None = None
+    window: PositiveInt | None = None
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    rope_theta: PosFloat | None = 10000.0
+    output_gate: bool = False
+
+
+class DSASpec(Spec):
+    """DeepSeek sparse attention: a lightning indexer picks ``topk`` keys per query."""
+
+    kind: Literal["dsa"] = "dsa"
+    num_heads: PositiveInt = 32
+    num_kv_heads: PositiveInt | None = None
+    head_dim: PositiveInt | None = None
+    index_heads: PositiveInt = 4
+    index_head_dim: PositiveInt = 32
+    topk: PositiveInt = 64
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    rope_theta: PosFloat | None = 10000.0
+    output_gate: bool = False
+
+
+class NSASpec(Spec):
+    """Native sparse attention (fla ``NativeSparseAttention``); defaults are fla's."""
+
+    kind: Literal["nsa"] = "nsa"
+    num_heads: PositiveInt = 64
+    num_kv_heads: PositiveInt = 4
+    head_dim: PositiveInt = 64
+    block_size: PositiveInt = 64
+    block_counts: PositiveInt = 16
+    window: PositiveInt = 512
+    qkv_bias: bool = False
+    rope_theta: PosFloat | None = 10000.0
+
+
+BaseMixer = Annotated[
+    Union[GDNSpec, DeltaNetSpec, KDASpec, Mamba2Spec, AttnSpec, DSASpec, NSASpec],
+    Field(discriminator="kind"),
+]
+
+
+class ParallelSpec(Spec):
+    """Branches run side by side on the same input (Hymba / Falcon-H1 hybrids).
+
+    ``combine``: ``mean`` or ``sum`` of the branch outputs, or ``concat``: the branch
+    outputs concatenated on channels and mixed back to width by one linear map.
+    """
+
+    kind: Literal["parallel"] = "parallel"
+    branches: tuple[BaseMixer, ...] = Field(min_length=2)
+    combine: Literal["mean", "sum", "concat"] = "mean"
+
+
+class SwitchSpec(Spec):
+    """A layer that holds several mixers and runs one of them per step.
+
+    The lowering of ``placement: random`` (LT2 §3.3): the hybrid pattern is resampled
+    every training step at the hybrid ratio, and evaluation averages ``eval_samples``
+    sampled patterns.
+    """
+
+    kind: Literal["switch"] = "switch"
+    options: tuple[BaseMixer, ...] = Field(min_length=2)
+
+
+MixerSpec = Annotated[
+    Union[GDNSpec, DeltaNetSpec, KDASpec, Mamba2Spec, AttnSpec, DSASpec, NSASpec,
+          ParallelSpec, SwitchSpec],
+    Field(discriminator="kind"),
+]
+MIXER_KINDS = ("gdn", "deltanet", "kda", "mamba2", "attn", "dsa", "nsa", "parallel", "switch")
+
+
+# ---------------------------------------------------------------- FFNs
+
+
+class SwiGLUSpec(Spec):
+    """SwiGLU FFN (fla ``GatedMLP``); ``hidden_size=None`` is fla's default:
+    ``int(width * 4 * 2 / 3)`` rounded up to a multiple of 256."""
+
+    kind: Literal["swiglu"] = "swiglu"
+    hidden_size: PositiveInt | None = None
+
+
+class MoESpec(Spec):
+    """Top-k routed SwiGLU experts with an optional shared expert."""
+
+    kind: Literal["moe"] = "moe"
+    num_experts: PositiveInt = 8
+    top_k: PositiveInt = 2
+    expert_hidden: PositiveInt | None = None
+    shared_expert_hidden: Annotated[int, Field(ge=0)] = 0
+    aux_loss_coef: Annotated[float, Field(ge=0)] = 0.01
+
+    @model_validator(mode="after")
+    def _topk_fits(self) -> "MoESpec":
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}; "
+                             "use top_k <= num_experts")
+        return self
+
+
+class NoFFNSpec(Spec):
+    """No channel mixer in this layer (the FFN sublayer is the identity)."""
+
+    kind: Literal["none"] = "none"
+
+
+FFNSpec = Annotated[Union[SwiGLUSpec, MoESpec, NoFFNSpec], Field(discriminator="kind")]
+FFN_KINDS = ("swiglu", "moe", "none")
+OpName = Literal["mixer", "ffn"]
+
+
+class LayerSpec(Spec):
+    """One physical layer: ``A(h) = h + Mixer(Norm(h))`` then ``F(h) = h + FFN(Norm(h))``."""
+
+    mixer: MixerSpec
+    ffn: FFNSpec = SwiGLUSpec()
+
+
+# ---------------------------------------------------------------- model
+
+
+class NormSpec(Spec):
+    kind: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    eps: PosFloat = 1e-6
+
+
+class ModelSpec(Spec):
+    """Global geometry. ``defaults`` maps an op kind to field values that every op of
+    that kind starts from (``{gdn: {num_heads: 4, head_dim: 72}}``); layers override."""
+
+    vocab_size: PositiveInt
+    width: PositiveInt
+    tie_embeddings: bool = True
+    norm: NormSpec = NormSpec()
+    init_std: PosFloat = 0.02
+    defaults: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- loops
+
+
+class OpAddr(Spec):
+    """A sublayer: ``layer`` index and ``op`` (``mixer`` or ``ffn``)."""
+
+    layer: Annotated[int, Field(ge=0)]
+    op: OpName
+
+    @property
+    def flat(self) -> int:
+        return 2 * self.layer + (0 if self.op == "mixer" else 1)
+
+    def __str__(self) -> str:
+        return f"layers[{self.layer}].{self.op}"
+
+
+class PlainUpdate(Spec):
+    """``h_τ = f(h_{τ-1})``: plain composition."""
+
+    kind: Literal["plain"] = "plain"
+
+
+class ResidualGateUpdate(Spec):
+    """LT2/MixerLoop: ``h_τ = f(h_{τ-1}) + ρ_τ ⊙ h_{τ-1}``, ρ[T, d] zero-initialised.
+    ``shared``: one ρ for every region that asks for a shared gate (MixerLoop shares it
+    across all layers); otherwise each region has its own."""
+
+    kind: Literal["residual_gate"] = "residual_gate"
+    shared: bool = True
+
+
+class GatedStepUpdate(Spec):
+    """ELR: ``h ← h + g ⊙ (f(h) − h)`` from the second iteration on, with
+    ``g = σ(W [h; f(h)] + b)`` per token and channel; the first iteration is plain, so
+    one loop is exactly the plain model."""
+
+    kind: Literal["gated_step"] = "gated_step"
+
+
+class ReinjectUpdate(Spec):
+    """Huginn/Parcae input re-injection of the region's input ``e`` before each
+    iteration after the first: ``add``: ``h + e``; ``concat``: ``W [h; e]`` (W starts as
+    ``[I, 0]``); ``diagonal``: ``a ⊙ h + b ⊙ e`` with ``a = exp(−softplus(·)) ∈ (0, 1)``
+    (stable)."""
+
+    kind: Literal["reinject"] = "reinject"
+    mode: Literal["add", "concat", "diagonal"] = "add"
+
+
+UpdateRule = Annotated[
+    Union[PlainUpdate, ResidualGateUpdate, GatedStepUpdate, ReinjectUpdate],
+    Field(discriminator="kind"),
+]
+
+
+class IterOverride(Spec):
+    """Loop-level schedule entry: at ``iteration`` (0-based) the mixer of ``layer`` runs
+    with a different ``window`` (``full`` removes the window) or ``topk``."""
+
+    iteration: Annotated[int, Field(ge=0)]
+    layer: Annotated[int, Field(ge=0)]
+    window: PositiveInt | Literal["full"] | None = None
+    topk: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _sets_something(self) -> "IterOverride":
+        if self.window is None and self.topk is None:
+            raise ValueError("an override must set window or topk")
+        return self
+
+
+class LoopRegion(Spec):
+    """Canonical loop: the contiguous sublayers ``start..end`` (inclusive, execution
+    order) applied ``T`` times with shared weights."""
+
+    start: OpAddr
+    end: OpAddr
+    T: PositiveInt
+    update: UpdateRule = PlainUpdate()
+    conditioning: Literal["none", "index", "index_budget"] = "none"
+    schedule: tuple[IterOverride, ...] = ()
+    routing_replay: bool = False
+
+
+class SelectSpec(Spec):
+    """Which sublayers a selective loop repeats."""
+
+    ops: tuple[OpName, ...] = ("mixer",)
+    kinds: tuple[str, ...] | None = None
+    layers: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] | None = None
+
+
+class LoopSugar(Spec):
+    """Loop boundary sugar, lowered to :class:`LoopRegion` s.
+
+    - ``none``: no loop. ``block``: the whole stack (FullLoop). ``mixer`` / ``ffn``:
+      each layer's mixer / FFN on its own (MixerLoop). ``selective``: the ops chosen by
+      ``select``, each on its own (``unit: op``) or as one span (``unit: span``).
+      ``elr``: ``prelude`` layers, then ``recurrent`` layers looped, then ``coda``.
+    - ``windows``: a loop-level schedule, one window per iteration (``full`` or an int)
+      for every attention mixer in the loop (LT2's coarse-to-fine full→swa512→…).
+    """
+
+    boundary: Literal["none", "block", "mixer", "ffn", "selective", "elr"]
+    T: PositiveInt = 1
+    update: UpdateRule = PlainUpdate()
+    conditioning: Literal["none", "index", "index_budget"] = "none"
+    select: SelectSpec | None = None
+    unit: Literal["op", "span"] = "op"
+    prelude: Annotated[int, Field(ge=0)] | None = None
+    recurrent: PositiveInt | None = None
+    coda: Annotated[int, Field(ge=0)] | None = None
+    windows: tuple[PositiveInt | Literal["full"], ...] | None = None
+    routing_replay: bool = False
+
+
+class LoopDist(Spec):
+    """A distribution over loop counts. The default is ELR's single-loop coverage
+    (2nd/3rd/4th loops in 67.5/45/22.5% of samples, mean 2.35)."""
+
+    values: tuple[PositiveInt, ...] = (1, 2, 3, 4)
+    weights: tuple[Annotated[float, Field(ge=0)], ...] = (0.325, 0.225, 0.225, 0.225)
+
+    @model_validator(mode="after")
+    def _same_length(self) -> "LoopDist":
+        if len(self.values) != len(self.weights):
+            raise ValueError(f"values has {len(self.values)} entries but weights has "
+                             f"{len(self.weights)}; give one weight per value")
+        if sum(self.weights) <= 0:
+            raise ValueError("weights must not all be zero")
+        return self
+
+
+class ElasticSpec(Spec):
+    """ELR elastic depth: micro-batches inside one optimizer update run loop counts drawn
+    from ``train``, from ``switch_at`` (fraction of training) on; one checkpoint is then
+    evaluated at each count in ``eval``."""
+
+    train: LoopDist = LoopDist()
+    switch_at: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    eval: tuple[PositiveInt, ...] = (1, 2, 3, 4)
+
+
+class HybridSpec(Spec):
+    """Hybrid sugar: ``ratio`` over mixer names (a kind, or a key of ``mixers``) and a
+    ``placement``: ``interleave``, ``bookend``, ``front``, ``back``, ``random``, or an
+    explicit per-layer list of names."""
+
+    ratio: dict[str, PositiveInt]
+    placement: Literal["interleave", "bookend", "front", "back", "random"] | tuple[str, ...] = "interleave"
+    mixers: dict[str, MixerSpec] = Field(default_factory=dict)
+    eval_samples: PositiveInt = 5
+
+
+class MatchSpec(Spec):
+    """Budget matching: solve for ``vary`` so that ``unique_params`` or
+    ``projection_flops`` hits the target within ``tolerance`` (relative)."""
+
+    unique_params: PosFloat | None = None
+    projection_flops: PosFloat | None = None
+    vary: Literal["ffn_hidden", "width", "num_layers"] = "ffn_hidden"
+    tolerance: PosFloat = 0.01
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "MatchSpec":
+        if (self.unique_params is None) == (self.projection_flops is None):
+            raise ValueError("set exactly one of unique_params or projection_flops")
+        return self
+
+
+class ArchSpec(Spec):
+    """An architecture, in source or canonical form (see module docstring)."""
+
+    name: str = "arch"
+    description: str = ""
+    model: ModelSpec
+    layers: tuple[LayerSpec, ...] | None = None
+    num_layers: PositiveInt | None = None
+    layer: LayerSpec | None = None
+    hybrid: HybridSpec | None = None
+    loop: LoopSugar | tuple[LoopSugar, ...] | None = None
+    loops: tuple[LoopRegion, ...] = ()
+    elastic: ElasticSpec | None = None
+    kv_policy: Literal["per_loop", "last_loop"] = "per_loop"
+    random_placement: HybridSpec | None = None
+    match: MatchSpec | None = None
+
+    @property
+    def is_canonical(self) -> bool:
+        return (self.layers is not None and self.num_layers is None and self.layer is None
+                and self.hybrid is None and self.loop is None and self.match is None
+                and not self.model.defaults)
+
+    @property
+    def L(self) -> int:
+        assert self.layers is not None, "lower() the spec first"
+        return len(self.layers)

@@ -1,0 +1,136 @@
+"""Checks on a canonical spec that field types alone cannot express.
+
+Each check returns :class:`Problem` s (path + what would be valid); ``validate`` runs
+them all so a user sees every problem at once.
+"""
+from __future__ import annotations
+
+from .errors import Problem
+from .spec import (
+    ArchSpec, AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, LoopRegion, Mamba2Spec,
+    MoESpec, NSASpec, ParallelSpec, SwitchSpec,
+)
+
+
+def _divides(path: str, a: int, a_name: str, b: int, b_name: str) -> list[Problem]:
+    if b % a == 0:
+        return []
+    return [Problem(path, f"{b_name}={b} is not divisible by {a_name}={a}; "
+                          f"choose {a_name} dividing {b}")]
+
+
+def _is_int(path: str, x: float, what: str) -> list[Problem]:
+    if abs(x - round(x)) < 1e-9:
+        return []
+    return [Problem(path, f"{what} = {x:g} is not an integer; adjust the sizes")]
+
+
+def mixer_problems(m, width: int, path: str) -> list[Problem]:
+    """Size consistency of one mixer."""
+    if isinstance(m, (ParallelSpec, SwitchSpec)):
+        field = "branches" if isinstance(m, ParallelSpec) else "options"
+        return [p for i, b in enumerate(getattr(m, field))
+                for p in mixer_problems(b, width, f"{path}.{field}[{i}]")]
+    out: list[Problem] = []
+    if isinstance(m, (GDNSpec, KDASpec)):
+        out += _is_int(f"{path}.expand_v", m.head_dim * m.expand_v, "head_dim * expand_v")
+        if m.num_v_heads is not None:
+            out += _divides(f"{path}.num_v_heads", m.num_heads, "num_heads", m.num_v_heads, "num_v_heads")
+    if isinstance(m, DeltaNetSpec):
+        for name, e in (("expand_k", m.expand_k), ("expand_v", m.expand_v)):
+            dim = width * e
+            out += _is_int(f"{path}.{name}", dim, f"width * {name}")
+            if not out:
+                out += _divides(f"{path}.num_heads", m.num_heads, "num_heads", int(round(dim)),
+                                f"width * {name}")
+    if isinstance(m, Mamba2Spec):
+        inner = m.expand * width
+        if m.num_heads * m.head_dim != inner:
+            out.append(Problem(f"{path}.num_heads", f"num_heads * head_dim = "
+                               f"{m.num_heads * m.head_dim} must equal expand * width = {inner}"))
+        out += _divides(f"{path}.n_groups", m.n_groups, "n_groups", m.num_heads, "num_heads")
+    if isinstance(m, (AttnSpec, DSASpec, NSASpec)) and m.num_kv_heads is not None:
+        out += _divides(f"{path}.num_kv_heads", m.num_kv_heads, "num_kv_heads", m.num_heads, "num_heads")
+    if isinstance(m, (AttnSpec, DSASpec, NSASpec)) and m.rope_theta is not None and m.head_dim % 2:
+        out.append(Problem(f"{path}.head_dim", f"head_dim={m.head_dim} must be even for rope "
+                           "(or set rope_theta: null)"))
+    return out
+
+
+def _nested(a: LoopRegion, b: LoopRegion) -> bool:
+    """True when b lies inside a (and differs from it)."""
+    return (a.start.flat <= b.start.flat and b.end.flat <= a.end.flat
+            and (a.start.flat, a.end.flat) != (b.start.flat, b.end.flat))
+
+
+def region_problems(arch: ArchSpec, r: LoopRegion, path: str) -> list[Problem]:
+    L, out = arch.L, []
+    for end in ("start", "end"):
+        if getattr(r, end).layer >= L:
+            out.append(Problem(f"{path}.{end}.layer", f"layer {getattr(r, end).layer} does not "
+                               f"exist; the model has layers 0..{L - 1}"))
+    if out:
+        return out
+    if r.start.flat > r.end.flat:
+        out.append(Problem(path, f"start {r.start} comes after end {r.end}; a loop covers "
+                           "sublayers in execution order"))
+    for j, o in enumerate(r.schedule):
+        out += _override_problems(arch, r, o, f"{path}.schedule[{j}]")
+    if r.routing_replay and not any(isinstance(arch.layers[i].ffn, MoESpec)
+                                    for i in range(r.start.layer, r.end.layer + 1)
+                                    if r.start.flat <= 2 * i + 1 <= r.end.flat):
+        out.append(Problem(f"{path}.routing_replay", "the loop contains no MoE FFN to replay; "
+                           "set routing_replay: false"))
+    return out
+
+
+def _override_problems(arch: ArchSpec, r: LoopRegion, o, path: str) -> list[Problem]:
+    out = []
+    if o.iteration >= r.T:
+        out.append(Problem(f"{path}.iteration", f"iteration {o.iteration} is outside the loop's "
+                           f"T={r.T} iterations (0..{r.T - 1})"))
+    if not (o.layer < arch.L and r.start.flat <= 2 * o.layer <= r.end.flat):
+        return out + [Problem(f"{path}.layer", f"layers[{o.layer}].mixer is not inside this loop "
+                              f"({r.start} .. {r.end})")]
+    mixer = arch.layers[o.layer].mixer
+    if o.window is not None and not isinstance(mixer, (AttnSpec, NSASpec)):
+        out.append(Problem(f"{path}.window", f"layers[{o.layer}].mixer is '{mixer.kind}', which "
+                           "has no window; windows apply to attn and nsa"))
+    if o.topk is not None and not isinstance(mixer, DSASpec):
+        out.append(Problem(f"{path}.topk", f"layers[{o.layer}].mixer is '{mixer.kind}'; topk "
+                           "applies to dsa"))
+    return out
+
+
+def loop_problems(arch: ArchSpec) -> list[Problem]:
+    out = []
+    for i, r in enumerate(arch.loops):
+        out += region_problems(arch, r, f"loops[{i}]")
+    for i, a in enumerate(arch.loops):
+        for j in range(i + 1, len(arch.loops)):
+            b = arch.loops[j]
+            disjoint = a.end.flat < b.start.flat or b.end.flat < a.start.flat
+            if not (disjoint or _nested(a, b) or _nested(b, a)):
+                out.append(Problem(f"loops[{j}]", f"overlaps loops[{i}] ({a.start} .. {a.end}) "
+                                   "without being nested inside it; loops must be disjoint or "
+                                   "strictly nested"))
+    return out
+
+
+def validate(arch: ArchSpec) -> list[Problem]:
+    """Every problem with a canonical spec (empty list: valid)."""
+    out: list[Problem] = []
+    for i, layer in enumerate(arch.layers):
+        out += mixer_problems(layer.mixer, arch.model.width, f"layers[{i}].mixer")
+        has_switch = isinstance(layer.mixer, SwitchSpec)
+        if has_switch and arch.random_placement is None:
+            out.append(Problem(f"layers[{i}].mixer", "a switch mixer needs random_placement "
+                               "(written by hybrid placement: random)"))
+    out += loop_problems(arch)
+    if arch.elastic is not None and not arch.loops:
+        out.append(Problem("elastic", "elastic depth needs at least one loop; add a loop or "
+                           "remove elastic"))
+    return out
+
+
+__all__ = ["validate", "mixer_problems", "loop_problems"]
