@@ -53,10 +53,10 @@ def format_path(loc: tuple) -> str:
 def _clean_loc(loc: tuple) -> tuple:
     """Drop pydantic's union bookkeeping (discriminator tags, type names) from a loc."""
     kept = []
-    for i, part in enumerate(loc):
+    for part in loc:
         if isinstance(part, str) and ("[" in part or "(" in part or part[:1].isupper()):
             continue
-        if isinstance(part, str) and part in _UNION_TAGS and i + 1 < len(loc):
+        if isinstance(part, str) and part in _UNION_TAGS:
             continue
         kept.append(part)
     return tuple(kept)

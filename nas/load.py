@@ -76,7 +76,11 @@ def loads_arch(text: str, source: str | None = "<string>") -> ArchSpec:
 def dump_yaml(spec: ArchSpec) -> str:
     """YAML that loads back to an equal spec. A canonical spec is written in full; a
     source spec only with the fields it sets, so ``model.defaults`` keep applying."""
-    data = spec.model_dump(mode="json", exclude_unset=not spec.is_canonical)
+    if spec.is_canonical:
+        data = spec.model_dump(mode="json", exclude={"num_layers", "layer", "hybrid", "loop", "match"})
+        data["model"].pop("defaults")
+    else:
+        data = spec.model_dump(mode="json", exclude_unset=True)
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
 
 

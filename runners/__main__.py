@@ -1,0 +1,3 @@
+from runners.cli import _entry
+
+_entry()

@@ -1,0 +1,69 @@
+"""The ``loopnas`` command line: a thin typer shell, one module per command.
+
+Heavy libraries (torch, fla, ray) are imported inside the commands that need them, so
+``validate``, ``show``, ``graph`` and ``cost`` start instantly.
+"""
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from nas.errors import SpecError
+
+from .common import UsageError, console_err
+
+app = typer.Typer(
+    name="loopnas",
+    help="Declarative architecture search for looped and hybrid language models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_COMMANDS = ("validate", "show", "graph", "cost", "train")
+
+
+def _register() -> None:
+    """Import each command module; each registers itself on ``app``."""
+    import importlib
+    from pathlib import Path
+    here = Path(__file__).parent
+    for name in _COMMANDS:
+        if (here / f"{name}.py").is_file():
+            importlib.import_module(f"{__name__}.{name}")
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: known errors become one line per problem and exit code 2."""
+    try:
+        rc = app(args=argv, standalone_mode=False)
+    except SpecError as exc:
+        for line in str(exc).splitlines():
+            console_err.print(f"error: {line}", markup=False, highlight=False)
+        return 2
+    except UsageError as exc:
+        console_err.print(f"error: {exc}", markup=False, highlight=False)
+        return 2
+    except typer.Exit as exc:
+        return exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        console_err.print("aborted", markup=False)
+        return 130
+    except Exception as exc:
+        # typer's (vendored) click usage errors: bad option, missing argument, ...
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):
+            exc.show()
+            return 2
+        raise
+    return rc if isinstance(rc, int) else 0
+
+
+def _entry() -> None:
+    sys.exit(main())
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,57 @@
+"""``loopnas show SPEC``: the canonical form, as YAML, with a summary table."""
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from nas.load import dump_yaml
+from nas.plan import applications
+
+from . import app
+from .common import SpecArg, console, load
+
+
+def _describe_mixer(m) -> str:
+    if m.kind in ("parallel", "switch"):
+        subs = m.branches if m.kind == "parallel" else m.options
+        sep = " | " if m.kind == "parallel" else " / "
+        return f"{m.kind}({sep.join(_describe_mixer(b) for b in subs)})"
+    window = getattr(m, "window", None)
+    return f"{m.kind}" + (f"[w={window}]" if window else "")
+
+
+def summary(arch) -> Table:
+    runs = applications(arch)
+    table = Table(title=f"{arch.name}: {len(arch.layers)} layers, width {arch.model.width}, "
+                        f"vocab {arch.model.vocab_size}")
+    for col in ("layer", "mixer", "ffn", "mixer runs", "ffn runs", "loops"):
+        table.add_column(col)
+    for i, layer in enumerate(arch.layers):
+        regions = [str(j) for j, r in enumerate(arch.loops)
+                   if r.start.flat <= 2 * i + 1 and 2 * i <= r.end.flat]
+        mixer_runs = next(v for k, v in runs.items() if k.layer == i and k.op == "mixer")
+        ffn_runs = next(v for k, v in runs.items() if k.layer == i and k.op == "ffn")
+        table.add_row(str(i), _describe_mixer(layer.mixer), layer.ffn.kind, str(mixer_runs),
+                      str(ffn_runs), ",".join(regions) or "-")
+    return table
+
+
+@app.command("show")
+def show_cmd(
+    spec: SpecArg,
+    yaml_only: Annotated[bool, typer.Option("--yaml", help="Print only the canonical YAML.")] = False,
+) -> None:
+    """Print the canonical form of a spec (explicit layers and loop regions).
+
+    Example: loopnas show mixerloop_15m
+    """
+    arch = load(spec)
+    if not yaml_only:
+        console.print(summary(arch))
+        for j, r in enumerate(arch.loops):
+            console.print(f"loop {j}: {r.start} .. {r.end}  T={r.T}  update={r.update.kind}"
+                          f"  conditioning={r.conditioning}", highlight=False)
+        console.rule("canonical spec")
+    typer.echo(dump_yaml(arch))

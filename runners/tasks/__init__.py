@@ -1,0 +1,41 @@
+"""Proxy tasks: synthetic probes and text language modelling behind one ``Task`` protocol.
+
+``make_task(name, **params)`` builds any registered task: ``state_tracking``, ``mqar``,
+``s5``, ``lm``.
+"""
+from runners.tasks.base import (
+    IGNORE_INDEX,
+    SPLITS,
+    Task,
+    accuracy_metrics,
+    make_task,
+    register_task,
+    split_generator,
+    task_names,
+)
+from runners.tasks.lm import ByteTokenizer, HFTokenizer, LMTask, load_tokenizer, pack
+from runners.tasks.mqar import MQAR
+from runners.tasks.state_tracking import CURRICULUM_STAGES, Curriculum, StateTracking
+from runners.tasks.word_problem import PermutationWordProblem, permutation_table
+
+__all__ = [
+    "CURRICULUM_STAGES",
+    "IGNORE_INDEX",
+    "MQAR",
+    "SPLITS",
+    "ByteTokenizer",
+    "Curriculum",
+    "HFTokenizer",
+    "LMTask",
+    "PermutationWordProblem",
+    "StateTracking",
+    "Task",
+    "accuracy_metrics",
+    "load_tokenizer",
+    "make_task",
+    "pack",
+    "permutation_table",
+    "register_task",
+    "split_generator",
+    "task_names",
+]
