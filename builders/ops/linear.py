@@ -1,0 +1,305 @@
+"""Linear-recurrent token mixers in pure PyTorch: chunked forms and token-by-token references.
+
+Layout follows fla: tokens are ``(B, T, H, K)``, per-head scalars ``(B, T, H)``, states
+``(B, H, K, V)`` (Mamba2's SSD keeps its own ``(B, H, P, N)``).
+
+Delta-rule family (fla semantics), per value head and token ``t``::
+
+    S = diag(exp(g_t)) S                     # g_t: scalar (GDN), per key channel (KDA), 0 (delta rule)
+    u_t = beta_t * (v_t - S^T k_t)
+    S = S + k_t u_t^T
+    o_t = scale * S^T q_t
+
+Chunked form: inside a chunk with local cumulative decay ``G_i`` and start state ``S0``,
+``(I + A_kk) u = beta*v - beta*exp(G)*k @ S0`` where ``A_kk[i, j] = beta_i sum_d k_id k_jd
+exp(G_id - G_jd)`` for ``j < i``. One triangular solve per chunk batch yields ``u = U - W S0``;
+only the state hand-off between chunks is sequential. Every ``exp`` is taken of a non-positive
+number (masked entries become ``-inf``), so strong decays cannot overflow.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from builders.ops.norm import l2_norm
+
+_SUB_CHUNK = 16
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+def _to_chunks(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """(B, T, H, ...) -> (B, H, N, C, ...), zero-padding T up to a multiple of C."""
+    pad = -x.shape[1] % chunk_size
+    x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, pad))
+    return x.unflatten(1, (-1, chunk_size)).movedim(3, 1)
+
+
+def _from_chunks(x: torch.Tensor, T: int) -> torch.Tensor:
+    """(B, H, N, C, ...) -> (B, T, H, ...)."""
+    return x.movedim(1, 3).flatten(1, 2)[:, :T]
+
+
+def _causal_mask(C: int, strict: bool, device: torch.device) -> torch.Tensor:
+    return torch.ones(C, C, dtype=torch.bool, device=device).tril(-1 if strict else 0)
+
+
+def _scalar_decayed_gram(a: torch.Tensor, b: torch.Tensor, G: torch.Tensor, strict: bool) -> torch.Tensor:
+    """``(a_i . b_j) exp(G_i - G_j)`` for ``j <= i`` (``j < i`` if strict), else 0; G: (..., C, 1)."""
+    G = G[..., 0]  # (..., C)
+    mask = _causal_mask(G.shape[-1], strict, G.device)
+    decay = (G[..., :, None] - G[..., None, :]).masked_fill(~mask, -torch.inf).exp()  # (..., C, C)
+    return (a @ b.mT) * decay
+
+
+def _channel_decayed_gram(a: torch.Tensor, b: torch.Tensor, G: torch.Tensor, strict: bool) -> torch.Tensor:
+    """``sum_d a_id b_jd exp(G_id - G_jd)`` for ``j <= i`` (``j < i`` if strict), else 0; G: (..., C, K).
+
+    ``exp(G_i - G_j) = exp(G_i - G_r) exp(G_r - G_j)`` with ``r`` the start of i's sub-chunk
+    keeps both factors <= 1 for every earlier sub-chunk; pairs inside one sub-chunk are
+    decayed explicitly. Memory is ``(C/s + s) * K`` per row instead of ``C * K``.
+    """
+    C = G.shape[-2]
+    s = next(d for d in range(min(_SUB_CHUNK, C), 0, -1) if C % d == 0)
+    ns = C // s
+    a_s, b_s, G_s = (x.unflatten(-2, (ns, s)) for x in (a, b, G))  # (..., ns, s, K)
+    G_ref = G_s[..., :1, :]  # (..., ns, 1, K)
+    start = torch.arange(ns, device=G.device) * s
+    earlier = torch.arange(C, device=G.device)[None, :] < start[:, None]  # (ns, C)
+    b_out = b[..., None, :, :] * (G_ref - G[..., None, :, :]).masked_fill(~earlier[..., None], -torch.inf).exp()
+    off = (a_s * (G_s - G_ref).exp()) @ b_out.mT  # (..., ns, s, C)
+    mask = _causal_mask(s, strict, G.device)[..., None]  # (s, s, 1)
+    decay = (G_s[..., :, None, :] - G_s[..., None, :, :]).masked_fill(~mask, -torch.inf).exp()  # (..., ns, s, s, K)
+    diag = torch.einsum("...ik,...jk,...ijk->...ij", a_s, b_s, decay)  # (..., ns, s, s)
+    eye = torch.eye(ns, dtype=diag.dtype, device=G.device)[:, None, :, None]  # (ns, 1, ns, 1)
+    full = off.unflatten(-1, (ns, s)) + eye * diag[..., :, :, None, :]  # (..., ns, s, ns, s)
+    return full.flatten(-2).flatten(-3, -2)
+
+
+def _decayed_gram(a: torch.Tensor, b: torch.Tensor, G: torch.Tensor, strict: bool) -> torch.Tensor:
+    if G.shape[-1] == 1:
+        return _scalar_decayed_gram(a, b, G, strict)
+    return _channel_decayed_gram(a, b, G, strict)
+
+
+def _chunk_scan(
+    A_qk: torch.Tensor,
+    q_in: torch.Tensor,
+    k_out: torch.Tensor,
+    decay_out: torch.Tensor,
+    U: torch.Tensor,
+    W: torch.Tensor | None,
+    S: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequential state hand-off over chunks; everything else arrives precomputed.
+
+    A_qk (B, H, N, C, C); q_in, W, k_out (B, H, N, C, K); U (B, H, N, C, V);
+    decay_out (B, H, N, K|1, 1); S (B, H, K, V). Chunk values are ``u = U - W S``.
+    """
+    outs = []
+    for n in range(A_qk.shape[2]):
+        u = U[:, :, n] if W is None else U[:, :, n] - W[:, :, n] @ S  # (B, H, C, V)
+        outs.append(q_in[:, :, n] @ S + A_qk[:, :, n] @ u)
+        S = decay_out[:, :, n] * S + k_out[:, :, n].mT @ u
+    return torch.stack(outs, dim=2), S
+
+
+def _initial_state(initial_state: torch.Tensor | None, shape: tuple, like: torch.Tensor) -> torch.Tensor:
+    if initial_state is None:
+        return like.new_zeros(shape)
+    return initial_state.to(like.dtype)
+
+
+def _prepare_qk(q, k, HV, use_qk_l2norm):
+    """l2-normalise q/k if asked and repeat them for grouped value heads (head h reads h // (HV/H))."""
+    if HV % q.shape[2]:
+        raise ValueError(f"value heads ({HV}) must be a multiple of q/k heads ({q.shape[2]})")
+    if use_qk_l2norm:
+        q, k = l2_norm(q), l2_norm(k)
+    G = HV // q.shape[2]
+    return q.repeat_interleave(G, dim=2), k.repeat_interleave(G, dim=2)
+
+
+def _chunk_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm, chunk_size):
+    """Shared chunked delta rule; g: (B, T, HV, 1) scalar or (B, T, HV, K) per-channel log decay."""
+    B, T, HV, V = v.shape
+    K = q.shape[-1]
+    scale = K**-0.5 if scale is None else scale
+    dtype = _compute_dtype(v)
+    q, k = _prepare_qk(q, k, HV, use_qk_l2norm)
+    q, k, v, g, beta = (_to_chunks(x.to(dtype), chunk_size) for x in (q, k, v, g, beta))
+    b = beta[..., None]  # (B, HV, N, C, 1)
+    G = g.cumsum(-2)  # (B, HV, N, C, K|1)
+    G_end = G[..., -1:, :]  # (B, HV, N, 1, K|1)
+    A_qk = scale * _decayed_gram(q, k, G, strict=False)  # (B, HV, N, C, C)
+    A_kk = b * _decayed_gram(k, k, G, strict=True)
+    # unitriangular=True reads only the strict lower part: this solves (I + A_kk) X = rhs.
+    UW = torch.linalg.solve_triangular(A_kk, torch.cat([b * v, b * G.exp() * k], -1), upper=False, unitriangular=True)
+    U, W = UW.split([V, K], dim=-1)
+    S0 = _initial_state(initial_state, (B, HV, K, V), v)
+    o, S = _chunk_scan(A_qk, scale * q * G.exp(), k * (G_end - G).exp(), G_end.exp().mT, U, W, S0)
+    return _from_chunks(o, T).to(v.dtype), S if output_final_state else None
+
+
+def chunk_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Gated delta rule (fla's ``chunk_gated_delta_rule``), chunked.
+
+    Args:
+        q, k: ``(B, T, H, K)``; v: ``(B, T, HV, V)`` with ``HV`` a multiple of ``H``.
+        g: ``(B, T, HV)`` log decay (<= 0); beta: ``(B, T, HV)``.
+        scale: defaults to ``K ** -0.5``.
+        initial_state: ``(B, HV, K, V)``.
+
+    Returns:
+        ``o (B, T, HV, V)`` in v's dtype and the final ``(B, HV, K, V)`` state (float32 or
+        float64) if ``output_final_state`` else ``None``.
+    """
+    return _chunk_delta(
+        q, k, v, g[..., None], beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, chunk_size
+    )
+
+
+def chunk_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Delta rule (fla's ``chunk_delta_rule``): the gated delta rule with ``g = 0``."""
+    g = beta.new_zeros(*beta.shape, 1)
+    return _chunk_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, chunk_size)
+
+
+def chunk_kda(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Kimi delta attention (fla's ``chunk_kda``): the delta rule with a per-key-channel decay.
+
+    g: ``(B, T, HV, K)`` log decay (<= 0); other arguments as ``chunk_gated_delta_rule``.
+    """
+    return _chunk_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, chunk_size)
+
+
+def chunk_ssd(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Mamba2 SSD scan as fla's ``Mamba2.torch_forward`` computes it, chunked.
+
+    ``h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T``, ``y_t = h_t C_t + D x_t``.
+
+    Args:
+        x: ``(B, T, H, P)``; dt: ``(B, T, H)`` after softplus and clamping; A: ``(H,)`` (< 0).
+        B, C: ``(B, T, H, N)``, already expanded from groups to heads.
+        D: ``(H,)`` or ``(H, P)`` skip weight, or ``None``.
+        initial_state: ``(B, H, P, N)``.
+
+    Returns:
+        ``y (B, T, H, P)`` in x's dtype and the final ``(B, H, P, N)`` state if asked.
+    """
+    batch, T, H, P = x.shape
+    dtype = _compute_dtype(x)
+    g = dt.to(dtype) * A.to(dtype)  # (B, T, H)
+    v = x.to(dtype) * dt.to(dtype)[..., None]
+    q, k, v, g = (_to_chunks(t, chunk_size) for t in (C.to(dtype), B.to(dtype), v, g[..., None]))
+    G = g.cumsum(-2)  # (B, H, N, C, 1)
+    G_end = G[..., -1:, :]
+    A_qk = _scalar_decayed_gram(q, k, G, strict=False)
+    S0 = _initial_state(initial_state, (batch, H, P, B.shape[-1]), v).mT  # (B, H, N_state, P)
+    y, S = _chunk_scan(A_qk, q * G.exp(), k * (G_end - G).exp(), G_end.exp().mT, v, None, S0)
+    y = _from_chunks(y, T)
+    if D is not None:
+        y = y + x.to(dtype) * (D.to(dtype) if D.dim() == 2 else D.to(dtype)[:, None])
+    return y.to(x.dtype), S.mT if output_final_state else None
+
+
+def _recurrent_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm):
+    """Token-by-token delta rule; g: (B, T, HV, 1) or (B, T, HV, K)."""
+    B, T, HV, V = v.shape
+    K = q.shape[-1]
+    scale = K**-0.5 if scale is None else scale
+    dtype = _compute_dtype(v)
+    q, k = _prepare_qk(q, k, HV, use_qk_l2norm)
+    q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
+    S = _initial_state(initial_state, (B, HV, K, V), v)
+    outs = []
+    for t in range(T):
+        S = S * g[:, t, :, :, None].exp()
+        u = beta[:, t, :, None] * (v[:, t] - (k[:, t, :, :, None] * S).sum(-2))  # (B, HV, V)
+        S = S + k[:, t, :, :, None] * u[:, :, None, :]
+        outs.append(scale * (q[:, t, :, :, None] * S).sum(-2))
+    return torch.stack(outs, dim=1).to(v.dtype), S if output_final_state else None
+
+
+def recurrent_gated_delta_rule_ref(
+    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False
+):
+    """Token-by-token reference for ``chunk_gated_delta_rule`` (same arguments, no chunk_size)."""
+    return _recurrent_delta(q, k, v, g[..., None], beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel)
+
+
+def recurrent_delta_rule_ref(
+    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False
+):
+    """Token-by-token reference for ``chunk_delta_rule``."""
+    g = beta.new_zeros(*beta.shape, 1)
+    return _recurrent_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel)
+
+
+def recurrent_kda_ref(
+    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False
+):
+    """Token-by-token reference for ``chunk_kda``."""
+    return _recurrent_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel)
+
+
+def recurrent_ssd_ref(x, dt, A, B, C, D=None, initial_state=None, output_final_state=False):
+    """Token-by-token reference for ``chunk_ssd``; state (B, H, P, N)."""
+    batch, T, H, P = x.shape
+    in_dtype, dtype = x.dtype, _compute_dtype(x)
+    x, dt, A, B, C = (t.to(dtype) for t in (x, dt, A, B, C))
+    h = _initial_state(initial_state, (batch, H, P, B.shape[-1]), x)
+    ys = []
+    for t in range(T):
+        dA = (dt[:, t] * A).exp()[..., None, None]  # (B, H, 1, 1)
+        h = dA * h + (dt[:, t, :, None] * x[:, t])[..., None] * B[:, t, :, None, :]
+        ys.append((h * C[:, t, :, None, :]).sum(-1))  # (B, H, P)
+    y = torch.stack(ys, dim=1)
+    if D is not None:
+        y = y + x * (D.to(dtype) if D.dim() == 2 else D.to(dtype)[:, None])
+    return y.to(in_dtype), h if output_final_state else None
