@@ -81,7 +81,7 @@ def _resolve_layer(layer: LayerSpec, model: ModelSpec, path: str) -> LayerSpec:
 # ---------------------------------------------------------------- hybrid placement
 
 
-def _counts(ratio: dict[str, int], L: int) -> dict[str, int]:
+def ratio_counts(ratio: dict[str, int], L: int) -> dict[str, int]:
     """Layers per name by largest remainder, so counts sum to L."""
     total = sum(ratio.values())
     exact = {k: L * r / total for k, r in ratio.items()}
@@ -105,7 +105,7 @@ def placement(hybrid: HybridSpec, L: int) -> list[str]:
             raise fail("hybrid.placement", f"explicit placement lists {len(hybrid.placement)} "
                        f"layers but the model has {L}; give one name per layer")
         return list(hybrid.placement)
-    counts = _counts(hybrid.ratio, L)
+    counts = ratio_counts(hybrid.ratio, L)
     for name, c in counts.items():
         if c == 0:
             raise fail("hybrid.ratio", f"ratio {':'.join(map(str, hybrid.ratio.values()))} over "

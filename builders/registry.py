@@ -1,0 +1,48 @@
+"""Spec type → module builder. Builders receive ``(spec, ctx)`` and never edit the spec."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from torch import nn
+
+Backend = Literal["torch", "fla"]
+
+
+@dataclass(frozen=True)
+class BuildCtx:
+    """What a builder needs besides its own spec."""
+
+    width: int
+    backend: Backend = "torch"
+
+
+_BUILDERS: dict[type, Callable] = {}
+
+
+def register(spec_type: type) -> Callable:
+    """Decorator: ``@register(GDNSpec)`` maps a spec type to its builder (once)."""
+
+    def deco(fn: Callable) -> Callable:
+        if spec_type in _BUILDERS:
+            raise ValueError(f"a builder for {spec_type.__name__} is already registered")
+        _BUILDERS[spec_type] = fn
+        return fn
+
+    return deco
+
+
+def build_op(spec, ctx: BuildCtx) -> nn.Module:
+    """The module for one op spec (mixer or FFN)."""
+    try:
+        builder = _BUILDERS[type(spec)]
+    except KeyError:
+        raise TypeError(f"no builder registered for {type(spec).__name__}") from None
+    return builder(spec, ctx)
+
+
+def registered() -> tuple[type, ...]:
+    return tuple(_BUILDERS)
+
+
+__all__ = ["Backend", "BuildCtx", "register", "build_op", "registered"]
