@@ -1,0 +1,480 @@
+"""Graph views of a canonical spec, as networkx digraphs, and checks made on them.
+
+- :func:`unrolled_graph`: one node per op application (embedding, every sublayer
+  application, every loop-update and conditioning application, final norm, head); edges
+  are data flow: the residual stream in execution order (``flow="stream"``), plus the
+  state before an iteration read by a residual gate or gated step (``flow="state"``) and
+  the region input read by re-injection (``flow="input"``).
+- :func:`folded_graph`: one node per physical sublayer (plus embedding and head),
+  forward edges in execution order and one back-edge per loop region, from its last op
+  to its first, labelled ``×T`` and the update rule.
+
+Both walk :func:`nas.plan.plan`, the structure the cost model and the executor use, and
+apply the update rules where ``builders.loops`` does: re-injection and conditioning on
+entering an iteration, the residual gate after every iteration, the gated step after
+every iteration but the first. ``param_group`` follows the model's parameter names.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import networkx as nx
+
+from .errors import Problem
+from .plan import Loop, Node, Step, applications, plan
+from .spec import (
+    ArchSpec, AttnSpec, DSASpec, LoopRegion, MoESpec, NSASpec, OpAddr, ParallelSpec, SwitchSpec,
+)
+
+LoopPath = tuple[tuple[int, int], ...]
+PARTS = ("prelude", "recurrent", "coda")
+
+# One fill per op variant: attention warm, linear mixers cool, FFNs grey.
+COLORS = {
+    "attn": "#d6604d", "swa": "#f4a582", "dsa": "#e6863b", "nsa": "#fdd49e",
+    "gdn": "#6baed6", "kda": "#9ecae1", "deltanet": "#74c7b8", "mamba2": "#9e9ac8",
+    "swiglu": "#c8c8c8", "moe": "#969696", "none": "#f2f2f2",
+    "embedding": "#e8dfc4", "head": "#e8dfc4",
+}
+LOOP_COLORS = ("#c51b7d", "#542788", "#01665e", "#8c510a")
+
+
+# ---------------------------------------------------------------- labels
+
+
+def variant(op) -> str:
+    """Colour key of an op: its kind, with windowed attention as ``swa``."""
+    if isinstance(op, AttnSpec) and op.window is not None:
+        return "swa"
+    return op.kind
+
+
+def describe(op) -> str:
+    """Short label of a mixer or FFN spec: ``gdn``, ``swa 512``, ``attn ∥ gdn``."""
+    if isinstance(op, ParallelSpec):
+        return " ∥ ".join(describe(b) for b in op.branches)
+    if isinstance(op, SwitchSpec):
+        return "switch " + " / ".join(describe(b) for b in op.options)
+    if isinstance(op, AttnSpec):
+        return f"swa {op.window}" if op.window is not None else "attn"
+    if isinstance(op, DSASpec):
+        return f"dsa top-{op.topk}"
+    if isinstance(op, NSASpec):
+        return f"nsa w={op.window}"
+    if isinstance(op, MoESpec):
+        return f"moe {op.num_experts}e top-{op.top_k}"
+    return op.kind
+
+
+def _branches(op) -> tuple[str, ...]:
+    if isinstance(op, (ParallelSpec, SwitchSpec)):
+        return tuple(variant(b) for b in (op.branches if isinstance(op, ParallelSpec) else op.options))
+    return ()
+
+
+def _shared_gates(arch: ArchSpec) -> int:
+    return sum(r.update.kind == "residual_gate" and r.update.shared for r in arch.loops)
+
+
+def update_label(arch: ArchSpec, r: LoopRegion) -> str:
+    """The update rule in a few words: ``ρ-gate``, ``gated step``, ``re-inject add``."""
+    u = r.update
+    if u.kind == "residual_gate":
+        text = "ρ-gate" + (", shared" if u.shared and _shared_gates(arch) > 1 else "")
+    elif u.kind == "gated_step":
+        text = "gated step"
+    elif u.kind == "reinject":
+        text = f"re-inject {u.mode}"
+    else:
+        text = ""
+    extras = {"index": "index cond", "index_budget": "index+budget cond"}.get(r.conditioning)
+    return ", ".join(t for t in (text, extras, "routing replay" if r.routing_replay else "") if t)
+
+
+def loop_label(arch: ArchSpec, r: LoopRegion, paren: bool = False) -> str:
+    """``×4 ρ-gate``; with ``paren``, ``×4 (ρ-gate)``."""
+    rule = update_label(arch, r)
+    if not rule:
+        return f"×{r.T}"
+    return f"×{r.T} ({rule})" if paren else f"×{r.T} {rule}"
+
+
+def _short(op) -> str:
+    if isinstance(op, (ParallelSpec, SwitchSpec)):
+        return ("∥" if isinstance(op, ParallelSpec) else "/").join(_branches(op))
+    return variant(op)
+
+
+def _count(items: list[str]) -> str:
+    seen: dict[str, int] = {}
+    for x in items:
+        seen[x] = seen.get(x, 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in seen.items())
+
+
+def _span_text(arch: ArchSpec, r: LoopRegion) -> str:
+    if r.start == r.end:
+        return f"layers[{r.start.layer}].{r.start.op}"
+    if (r.start.flat, r.end.flat) == (0, 2 * arch.L - 1):
+        return "whole stack"
+    if r.start.op == "mixer" and r.end.op == "ffn":
+        return f"layers {r.start.layer}–{r.end.layer}"
+    return f"{r.start} .. {r.end}"
+
+
+def loops_summary(arch: ArchSpec) -> str:
+    """One line: ``6 gdn mixers ×4 ρ-gate (shared)``, ``prelude 2 · recurrent 4 ×4 … · coda 2``."""
+    parts = elr_parts(arch)
+    if not arch.loops:
+        text = "no loop"
+    elif parts:
+        n = {p: sum(v == p for v in parts.values()) for p in PARTS}
+        r = arch.loops[0]
+        text = (f"prelude {n['prelude']} · recurrent {n['recurrent']} {loop_label(arch, r, True)}"
+                f" · coda {n['coda']}")
+    else:
+        groups: dict[tuple, list[LoopRegion]] = defaultdict(list)
+        for r in arch.loops:
+            single = r.start == r.end
+            kind = getattr(arch.layers[r.start.layer], r.start.op).kind if single else None
+            groups[(single, kind, r.start.op, loop_label(arch, r, True))].append(r)
+        texts = []
+        for (single, kind, op, label), rs in groups.items():
+            if single:
+                texts.append(f"{len(rs)} {kind} {op}{'s' if len(rs) > 1 else ''} {label}")
+            else:
+                texts += [f"{_span_text(arch, r)} {label}" for r in rs]
+        text = "; ".join(texts)
+    if arch.elastic is not None:
+        text += f" · elastic k∈{{{','.join(map(str, arch.elastic.eval))}}}"
+    return text
+
+
+def summary(arch: ArchSpec) -> str:
+    """One line for a title: layers, width, mixers and loops."""
+    mixers = _count([_short(l.mixer) for l in arch.layers])
+    return f"{arch.L} layers ({mixers}), width {arch.model.width} · {loops_summary(arch)}"
+
+
+# ---------------------------------------------------------------- structure
+
+
+def elr_parts(arch: ArchSpec) -> dict[int, str]:
+    """ELR form (one top-level loop over whole layers, with layers outside it): the part
+    of each layer, ``prelude`` / ``recurrent`` / ``coda``; empty for any other form."""
+    tops = [n for n in plan(arch) if isinstance(n, Loop)]
+    if len(tops) != 1:
+        return {}
+    r = tops[0].region
+    whole = (r.start.flat, r.end.flat) == (0, 2 * arch.L - 1)
+    if whole or r.start.op != "mixer" or r.end.op != "ffn":
+        return {}
+    return {i: "prelude" if i < r.start.layer else "coda" if i > r.end.layer else "recurrent"
+            for i in range(arch.L)}
+
+
+def loop_levels(arch: ArchSpec) -> dict[int, int]:
+    """Nesting height of each region: 1 for a region with no loop inside, else one more
+    than its tallest inner region (so nested back-edges are drawn further out)."""
+    levels: dict[int, int] = {}
+
+    def height(nodes: tuple[Node, ...]) -> int:
+        best = 0
+        for n in nodes:
+            if isinstance(n, Loop):
+                levels[n.index] = 1 + height(n.body)
+                best = max(best, levels[n.index])
+        return best
+
+    height(plan(arch))
+    return levels
+
+
+def _expected_runs(arch: ArchSpec, addr: OpAddr, loops: int | None) -> int:
+    return math.prod(loops if loops is not None else r.T for r in arch.loops
+                     if r.start.flat <= addr.flat <= r.end.flat)
+
+
+# ---------------------------------------------------------------- unrolled view
+
+
+class _Unroller:
+    """Walks a plan, adding one node per application and the data-flow edges."""
+
+    def __init__(self, arch: ArchSpec):
+        self.arch, self.g = arch, nx.DiGraph(name=arch.name)
+
+    def add(self, base: str, path: LoopPath, prev: str | None, **attrs) -> str:
+        nid = base + ("@" + ",".join(f"{i}:{t}" for i, t in path) if path else "")
+        if nid in self.g:
+            nid += f"#{self.g.number_of_nodes()}"
+        self.g.add_node(nid, order=self.g.number_of_nodes(), path=path, **attrs)
+        if prev is not None:
+            self.g.add_edge(prev, nid, flow="stream")
+        return nid
+
+    def overrides(self, addr: OpAddr, path: LoopPath) -> dict:
+        out: dict = {}
+        if addr.op != "mixer":
+            return out
+        for r_idx, t in path:
+            for o in self.arch.loops[r_idx].schedule:
+                if o.layer == addr.layer and o.iteration == t:
+                    out.update({k: v for k, v in (("window", o.window), ("topk", o.topk)) if v is not None})
+        return out
+
+    def step(self, addr: OpAddr, path: LoopPath, cur: str) -> str:
+        op = getattr(self.arch.layers[addr.layer], addr.op)
+        return self.add(f"layers.{addr.layer}.{addr.op}", path, cur, layer=addr.layer, op=addr.op,
+                        kind=op.kind, variant=variant(op), label=describe(op),
+                        param_group=f"layers.{addr.layer}.{addr.op}",
+                        overrides=self.overrides(addr, path))
+
+    def extra(self, i: int, what: str, kind: str, group: str | None, path: LoopPath, cur: str) -> str:
+        return self.add(f"loops.{i}.{what}", path, cur, layer=None, op=what, kind=kind,
+                        variant=kind, label=kind, param_group=group, overrides={}, loop=i)
+
+    def loop(self, n: Loop, path: LoopPath, cur: str) -> str:
+        r, i, region_in = n.region, n.index, cur
+        u = r.update
+        for t in range(n.T):
+            p, prev = path + ((i, t),), cur
+            if u.kind == "reinject" and t > 0:
+                cur = self.extra(i, "reinject", f"reinject_{u.mode}",
+                                 None if u.mode == "add" else f"loops.{i}.reinject", p, cur)
+                self.g.add_edge(region_in, cur, flow="input")
+            if r.conditioning != "none":
+                cur = self.extra(i, "condition", r.conditioning, f"loops.{i}.cond", p, cur)
+            cur = self.walk(n.body, p, cur)
+            if u.kind == "residual_gate" or (u.kind == "gated_step" and t > 0):
+                group = ("rho" if u.shared else f"loops.{i}.rho") if u.kind == "residual_gate" \
+                    else f"loops.{i}.gate"
+                cur = self.extra(i, "update", u.kind, group, p, cur)
+                self.g.add_edge(prev, cur, flow="state")
+        return cur
+
+    def walk(self, nodes: tuple[Node, ...], path: LoopPath, cur: str) -> str:
+        for n in nodes:
+            cur = self.step(n.addr, path, cur) if isinstance(n, Step) else self.loop(n, path, cur)
+        return cur
+
+
+def unrolled_graph(arch: ArchSpec, loops: int | None = None) -> nx.DiGraph:
+    """Every op application of one forward pass (``loops=k`` runs every region k times).
+
+    Node attributes: ``order``, ``layer`` (None outside layers), ``op`` (``embed``,
+    ``mixer``, ``ffn``, ``reinject``, ``condition``, ``update``, ``norm``, ``head``),
+    ``kind``, ``variant``, ``label``, ``path`` (``((loop index, iteration), ...)``,
+    outermost first), ``param_group`` (None for parameter-free ops) and ``overrides``
+    (the loop-level schedule at that iteration, e.g. ``{"window": 512}``).
+    """
+    u = _Unroller(arch)
+    tied = arch.model.tie_embeddings
+    cur = u.add("embed", (), None, layer=None, op="embed", kind="embedding", variant="embedding",
+                label="embedding", param_group="embed", overrides={})
+    cur = u.walk(plan(arch, loops), (), cur)
+    cur = u.add("norm", (), cur, layer=None, op="norm", kind=arch.model.norm.kind,
+                variant="head", label="norm", param_group="norm", overrides={})
+    u.add("head", (), cur, layer=None, op="head", kind="embedding" if tied else "linear",
+          variant="head", label="head (tied)" if tied else "head",
+          param_group="embed" if tied else "lm_head", overrides={})
+    return u.g
+
+
+# ---------------------------------------------------------------- folded view
+
+
+def _schedule(arch: ArchSpec, layer: int, regions: tuple[int, ...]) -> str:
+    """Per-iteration windows / top-k of a scheduled mixer: ``full→512→256→128``."""
+    base = arch.layers[layer].mixer
+    for i in regions:
+        r = arch.loops[i]
+        entries = {o.iteration: o for o in r.schedule if o.layer == layer}
+        if not entries:
+            continue
+        field = "topk" if isinstance(base, DSASpec) else "window"
+        own = getattr(base, field, None)
+        values = [getattr(entries[t], field) if t in entries and getattr(entries[t], field) is not None
+                  else (own if own is not None else "full") for t in range(r.T)]
+        return ("top-k " if field == "topk" else "w ") + "→".join(map(str, values))
+    return ""
+
+
+def _enclosing(arch: ArchSpec, addr: OpAddr) -> tuple[int, ...]:
+    inside = [i for i, r in enumerate(arch.loops) if r.start.flat <= addr.flat <= r.end.flat]
+    return tuple(sorted(inside, key=lambda i: arch.loops[i].start.flat - arch.loops[i].end.flat))
+
+
+def folded_graph(arch: ArchSpec) -> nx.DiGraph:
+    """One node per physical sublayer (plus ``embed`` and ``head``) in execution order;
+    forward edges have ``back=False``; each loop region adds a back-edge (``back=True``)
+    from its last op to its first with ``loop``, ``T``, ``update``, ``level`` (nesting
+    height, 1 = innermost) and ``label`` (``×4 ρ-gate``). Node ``part`` is the ELR part
+    (``prelude`` / ``recurrent`` / ``coda``) or None; ``runs`` counts applications."""
+    parts, levels = elr_parts(arch), loop_levels(arch)
+    runs = applications(arch)
+    tied = arch.model.tie_embeddings
+    g = nx.DiGraph(name=arch.name, summary=summary(arch), loops=loops_summary(arch))
+    g.add_node("embed", layer=None, op="embed", kind="embedding", variant="embedding",
+               label="embedding", branches=(), part=None, runs=1, loops=(), schedule="")
+    for i, layer in enumerate(arch.layers):
+        for op_name in ("mixer", "ffn"):
+            op, addr = getattr(layer, op_name), OpAddr(layer=i, op=op_name)
+            regions = _enclosing(arch, addr)
+            g.add_node(f"layers.{i}.{op_name}", layer=i, op=op_name, kind=op.kind,
+                       variant=variant(op), label=describe(op), branches=_branches(op),
+                       part=parts.get(i), runs=runs[addr], loops=regions,
+                       schedule=_schedule(arch, i, regions) if op_name == "mixer" else "")
+    g.add_node("head", layer=None, op="head", kind="embedding" if tied else "linear",
+               variant="head", label="norm → head" + (" (tied)" if tied else ""), branches=(),
+               part=None, runs=1, loops=(), schedule="")
+    order = list(g.nodes)
+    g.add_edges_from(zip(order, order[1:]), back=False)
+    for i, r in enumerate(arch.loops):
+        g.add_edge(f"layers.{r.end.layer}.{r.end.op}", f"layers.{r.start.layer}.{r.start.op}",
+                   back=True, loop=i, T=r.T, update=update_label(arch, r),
+                   level=levels.get(i, 1), label=loop_label(arch, r))
+    return g
+
+
+# ---------------------------------------------------------------- text formats
+
+
+def _q(text: str) -> str:
+    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _node_text(d: dict) -> str:
+    label = d["label"] if d["layer"] is None else f"{d['layer']} · {d['label']}"
+    return label + (f" [{d['schedule']}]" if d.get("schedule") else "")
+
+
+def _dot_node(n: str, d: dict) -> str:
+    if d["branches"]:
+        fill = ":".join(COLORS.get(b, "#ffffff") for b in d["branches"])
+        return f"{_q(n)} [label={_q(_node_text(d))}, style=striped, fillcolor={_q(fill)}];"
+    return f"{_q(n)} [label={_q(_node_text(d))}, fillcolor={_q(COLORS.get(d['variant'], '#ffffff'))}];"
+
+
+def to_dot(g: nx.DiGraph) -> str:
+    """Graphviz DOT of a folded graph, bottom (embedding) to top (head); ELR parts are
+    clusters; back-edges are dashed, coloured by nesting level, and do not constrain rank."""
+    name = g.graph.get("name", "arch")
+    lines = [f"digraph {_q(name)} {{", "  rankdir=BT;", "  labelloc=t;",
+             f"  label={_q(name + chr(10) + g.graph.get('summary', ''))};",
+             '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];',
+             '  edge [fontname="Helvetica", fontsize=9];']
+    for part in (None, *PARTS):
+        members = [(n, d) for n, d in g.nodes(data=True) if d.get("part") == part]
+        if part is not None and members:
+            lines.append(f"  subgraph cluster_{part} {{")
+            lines.append(f'    label={_q(part)}; style="rounded,dashed"; color="#888888";')
+        indent = "    " if part is not None else "  "
+        lines += [indent + _dot_node(n, d) for n, d in members]
+        if part is not None and members:
+            lines.append("  }")
+    for a, b, e in g.edges(data=True):
+        if e.get("back"):
+            color = LOOP_COLORS[(e["level"] - 1) % len(LOOP_COLORS)]
+            lines.append(f"  {_q(a)} -> {_q(b)} [label={_q(e['label'])}, style=dashed, "
+                         f"color={_q(color)}, fontcolor={_q(color)}, constraint=false];")
+        else:
+            lines.append(f"  {_q(a)} -> {_q(b)};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _mq(text: str) -> str:
+    return '"' + str(text).replace('"', "#quot;") + '"'
+
+
+def to_mermaid(g: nx.DiGraph) -> str:
+    """Mermaid flowchart of a folded graph (bottom to top); ELR parts are subgraphs and
+    back-edges dotted arrows labelled ``×T`` and the update rule."""
+    ids = {n: f"n{k}" for k, n in enumerate(g.nodes)}
+    lines = ["flowchart BT"]
+    for part in (None, *PARTS):
+        members = [(n, d) for n, d in g.nodes(data=True) if d.get("part") == part]
+        if part is not None and members:
+            lines.append(f"  subgraph {part}[{_mq(part)}]")
+        indent = "    " if part is not None else "  "
+        lines += [f"{indent}{ids[n]}[{_mq(_node_text(d))}]" for n, d in members]
+        if part is not None and members:
+            lines.append("  end")
+    for a, b, e in g.edges(data=True):
+        arrow = f" -.->|{_mq(e['label'])}| " if e.get("back") else " --> "
+        lines.append(f"  {ids[a]}{arrow}{ids[b]}")
+    by_variant: dict[str, list[str]] = defaultdict(list)
+    for n, d in g.nodes(data=True):
+        by_variant[(d["branches"] or (d["variant"],))[0]].append(ids[n])
+    for v, members in by_variant.items():
+        lines.append(f"  classDef k_{v} fill:{COLORS.get(v, '#ffffff')},stroke:#333333")
+        lines.append(f"  class {','.join(members)} k_{v}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _stream_chain(g: nx.DiGraph) -> list[Problem]:
+    """The residual stream visits every node once, from the embedding to the head."""
+    stream = nx.DiGraph([(a, b) for a, b, f in g.edges(data="flow") if f == "stream"])
+    stream.add_nodes_from(g)
+    starts = [n for n in stream if stream.in_degree(n) == 0]
+    if len(starts) != 1 or g.nodes[starts[0]]["op"] != "embed":
+        return [Problem("", f"the residual stream has {len(starts)} starts ({', '.join(starts[:3])}); "
+                            "it must be one chain from the embedding to the head")]
+    seen, cur = [starts[0]], starts[0]
+    while stream.out_degree(cur) == 1 and len(seen) <= len(g):
+        cur = next(iter(stream.successors(cur)))
+        seen.append(cur)
+    if len(set(seen)) != len(g) or g.nodes[cur]["op"] != "head" or stream.out_degree(cur):
+        return [Problem("", f"the residual stream from the embedding stops at {cur} after "
+                            f"{len(seen)} of {len(g)} applications; it must reach the head through all")]
+    return []
+
+
+def _coverage(arch: ArchSpec, g: nx.DiGraph) -> list[Problem]:
+    runs: dict[OpAddr, int] = defaultdict(int)
+    for _, d in g.nodes(data=True):
+        if d["op"] in ("mixer", "ffn"):
+            runs[OpAddr(layer=d["layer"], op=d["op"])] += 1
+    out = []
+    for i in range(arch.L):
+        for op in ("mixer", "ffn"):
+            addr = OpAddr(layer=i, op=op)
+            want = _expected_runs(arch, addr, None)
+            if runs[addr] != want:
+                out.append(Problem(str(addr), f"runs {runs[addr]} times in the execution plan but "
+                                              f"its enclosing loops imply {want}; check the loop regions"))
+    return out
+
+
+def _groups(g: nx.DiGraph) -> list[Problem]:
+    kinds: dict[str, set[str]] = defaultdict(set)
+    for _, d in g.nodes(data=True):
+        if d["param_group"] is not None:
+            kinds[d["param_group"]].add(d["kind"])
+    return [Problem(group, f"weights shared by applications of different kinds "
+                           f"({', '.join(sorted(ks))}); one parameter group must have one kind")
+            for group, ks in kinds.items() if len(ks) > 1]
+
+
+def graph_problems(arch: ArchSpec) -> list[Problem]:
+    """Structural checks on the unrolled graph of a canonical spec: it is a DAG, the
+    residual stream is one chain from embedding to head, each sublayer runs as often as
+    its enclosing loops imply (at least once), and each parameter group has one kind.
+    Regions addressing missing layers are left to :func:`nas.validate.loop_problems`."""
+    if any(a.layer >= arch.L for r in arch.loops for a in (r.start, r.end)):
+        return []
+    g = unrolled_graph(arch)
+    if not nx.is_directed_acyclic_graph(g):
+        cycle = " -> ".join(a for a, _ in nx.find_cycle(g))
+        return [Problem("", f"the unrolled graph has a cycle ({cycle}); data must flow forward")]
+    return _stream_chain(g) + _coverage(arch, g) + _groups(g)
+
+
+__all__ = ["COLORS", "LOOP_COLORS", "PARTS", "describe", "variant", "update_label", "loop_label",
+           "loops_summary", "summary", "elr_parts", "loop_levels", "unrolled_graph",
+           "folded_graph", "to_dot", "to_mermaid", "graph_problems"]
