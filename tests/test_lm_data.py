@@ -15,8 +15,9 @@ from runners.tasks import lm as lm_module
 
 _RNG = random.Random(0)
 # Random words, so that no 15-byte window repeats and content checks are meaningful.
+_LETTERS = "abcdéfghijklmnopqrstuvwxyz✓"
 LINES = [
-    f"line {i:04d}: " + " ".join("".join(_RNG.choices("abcdéfghijklmnopqrstuvwxyz✓", k=6)) for _ in range(5))
+    f"line {i:04d}: " + " ".join("".join(_RNG.choices(_LETTERS, k=6)) for _ in range(5))
     for i in range(120)
 ]
 
@@ -115,7 +116,12 @@ def test_jsonl_documents_end_with_eos(tmp_path):
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
     task = make_task(
-        "lm", data_files=str(path), text_field="body", seq_len=7, eval_fraction=0.25, cache_dir=str(tmp_path / "hf")
+        "lm",
+        data_files=str(path),
+        text_field="body",
+        seq_len=7,
+        eval_fraction=0.25,
+        cache_dir=str(tmp_path / "hf"),
     )
     expected = b"".join(d["body"].encode() + b"\x00" for d in docs if d["body"])
     assert torch.cat([task.tokens("train"), task.tokens("eval")]).tolist() == list(expected)
@@ -173,7 +179,8 @@ def test_hf_tokenizer_from_local_path(text_file, tmp_path):
     backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok_dir = tmp_path / "tok"
-    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", eos_token="[EOS]").save_pretrained(tok_dir)
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", eos_token="[EOS]")
+    hf_tok.save_pretrained(tok_dir)
     task = byte_task(text_file, tmp_path, tokenizer=str(tok_dir), seq_len=7, sample_by="line")
     assert task.vocab_size == len(vocab)
     stream = torch.cat([task.tokens("train"), task.tokens("eval")]).tolist()
@@ -200,6 +207,13 @@ def test_bad_configurations_fail_clearly(text_file, tmp_path, params, match):
     params = {k: str(text_file) if v == "FILE" else v for k, v in params.items()}
     with pytest.raises((ValueError, FileNotFoundError), match=match):
         LMTask(cache_dir=str(tmp_path / "hf"), **params)
+
+
+def test_unknown_split_raises(text_file, tmp_path):
+    task = byte_task(text_file, tmp_path, seq_len=15)
+    for call in (task.tokens, task.chunks, lambda split: task.batch(2, gen(0), split=split)):
+        with pytest.raises(ValueError, match="split"):
+            call("validation")
 
 
 def test_unknown_extension_needs_a_format(tmp_path):

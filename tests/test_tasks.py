@@ -166,7 +166,11 @@ def test_unknown_split_raises(case):
 
 @pytest.mark.parametrize(
     "name, params",
-    [("state_tracking", dict(n=102, m=102)), ("mqar", dict(seq_len=512, num_kv_pairs=64)), ("s5", dict(seq_len=512))],
+    [
+        ("state_tracking", dict(n=102, m=102)),
+        ("mqar", dict(seq_len=512, num_kv_pairs=64)),
+        ("s5", dict(seq_len=512)),
+    ],
     ids=["state_tracking-T513", "mqar-T512", "s5-T512"],
 )
 def test_generation_is_fast(name, params):
@@ -287,7 +291,13 @@ def test_mqar_power_law_places_queries_earlier_than_uniform():
 
 
 @pytest.mark.parametrize(
-    "params", [dict(num_kv_pairs=0), dict(vocab_size=16, num_kv_pairs=9), dict(seq_len=63, num_kv_pairs=16), dict(power_a=0.0)]
+    "params",
+    [
+        dict(num_kv_pairs=0),
+        dict(vocab_size=16, num_kv_pairs=9),
+        dict(seq_len=63, num_kv_pairs=16),
+        dict(power_a=0.0),
+    ],
 )
 def test_mqar_rejects_bad_params(params):
     with pytest.raises(ValueError):

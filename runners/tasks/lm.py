@@ -32,7 +32,13 @@ from typing import Iterable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from runners.tasks.base import IGNORE_INDEX, check_batch_size, register_task, split_generator
+from runners.tasks.base import (
+    IGNORE_INDEX,
+    SPLITS,
+    check_batch_size,
+    register_task,
+    split_generator,
+)
 
 BYTE_TOKENIZER = "byte"
 _FORMATS = {
@@ -146,7 +152,11 @@ def infer_format(files: Sequence[str]) -> str:
 def _open_dataset(source: CorpusSource):
     import datasets
 
-    common = {"split": source.dataset_split, "streaming": source.streaming, "cache_dir": source.cache_dir}
+    common = {
+        "split": source.dataset_split,
+        "streaming": source.streaming,
+        "cache_dir": source.cache_dir,
+    }
     if source.dataset is not None:
         return datasets.load_dataset(source.dataset, source.dataset_config, **common)
     extra = {"sample_by": source.sample_by} if source.data_format == "text" else {}
@@ -176,6 +186,12 @@ def load_corpus(source: CorpusSource) -> torch.Tensor:
     if not len(tokens):
         raise ValueError("the corpus has no text")
     return tokens[: source.max_tokens]
+
+
+def _checked(split: str) -> str:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return split
 
 
 def pack(tokens: torch.Tensor, chunk_len: int) -> torch.Tensor:
@@ -231,7 +247,10 @@ class LMTask:
         )
         if dataset is not None:
             source = CorpusSource(
-                dataset=dataset, dataset_config=dataset_config, dataset_split=dataset_split, **common
+                dataset=dataset,
+                dataset_config=dataset_config,
+                dataset_split=dataset_split,
+                **common,
             )
         else:
             files = resolve_files(data_files)
@@ -259,11 +278,11 @@ class LMTask:
 
     def tokens(self, split: str = "train") -> torch.Tensor:
         """The split's token stream, int32, (N,)."""
-        return self._tokens[split]
+        return self._tokens[_checked(split)]
 
     def chunks(self, split: str = "train") -> torch.Tensor:
         """The split packed into rows of ``seq_len + 1`` tokens, int32, (N, seq_len + 1)."""
-        return self._chunks[split]
+        return self._chunks[_checked(split)]
 
     def batch(
         self, batch_size: int, generator: torch.Generator, split: str = "train"

@@ -5,10 +5,10 @@ filtering, a recall skill that a single pass of attention or a selective SSM alr
 has, so looping adds little. The S_5 word problem is the canonical task where depth is
 the bottleneck: it is NC^1-complete (Barrington), so fixed-depth transformers (TC^0)
 cannot solve it at every length unless TC^0 = NC^1, and a single diagonal-plus-rank-1
-linear-attention block cannot either at finite precision (Grazzi et al., LT2 ref. [27]). LT2 §2.2 argues
-that T loops turn a rank-1 state update into a rank-T one (DeltaProduct, ref. [57]),
-which is exactly what S_n needs; this probe isolates that claim from recall, which
-``state_tracking`` mixes in.
+linear-attention block cannot either at finite precision (Grazzi et al., LT2 ref. [27]).
+LT2 §2.2 argues that T loops turn a rank-1 state update into a rank-T one (DeltaProduct,
+ref. [57]), which is exactly what S_n needs; this probe isolates that claim from recall,
+which ``state_tracking`` mixes in.
 
 Format: ``seq_len`` tokens ``g_1 ... g_T``, each a uniform element of S_degree (token id =
 its index in lexicographic order, so id 0 is the identity). The label at position t is
