@@ -1,0 +1,290 @@
+"""Softmax-attention mixers ``attn``, ``dsa``, ``nsa`` in torch, and fla's twins via ``make_fla``.
+
+The torch layers keep fla's constructor kwargs and parameter names, so a ``state_dict``
+moves between backends unchanged. Every ``forward(x, window=None)`` maps (B, T, D) to
+(B, T, D); ``window`` overrides the layer's window for one call: None keeps it,
+``"full"`` removes it, an int replaces it (loop schedules such as full -> 512 -> 256).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from builders.ops.attention import (
+    apply_rotary,
+    attention,
+    dsa_index_scores,
+    dsa_select,
+    masked_attention,
+    nsa_attention,
+)
+
+__all__ = ["Attention", "DSAIndexer", "DeepSeekSparseAttention", "NativeSparseAttention", "make_fla"]
+
+Window = int | Literal["full"] | None
+
+
+def resolve_window(own: int | None, override: Window) -> int | None:
+    """The window for one call: None keeps the layer's own, "full" removes it."""
+    if override is None:
+        return own
+    return None if override == "full" else override
+
+
+def _nsa_window(own: int | None, override: Window, t: int) -> int:
+    """NSA's window branch is off at 0 / None, so "full" means a window spanning all T."""
+    return t if override == "full" else resolve_window(own, override) or 0
+
+
+def _heads(x: Tensor, head_dim: int) -> Tensor:
+    return x.unflatten(-1, (-1, head_dim))  # (B, T, H * D) -> (B, T, H, D)
+
+
+class Attention(nn.Module):
+    """Softmax attention, fla ``Attention`` kwargs and parameters, plus two options fla lacks.
+
+    ``head_dim`` (default hidden_size // num_heads, fla's only choice) and
+    ``output_gate``: Qwen3-Next gated attention, ``o = o * sigmoid(g_proj(x))`` per head
+    and channel after SDPA, before ``o_proj``. ``rope_theta=None`` drops rotary (NoPE).
+    ``max_position_embeddings`` and ``layer_idx`` only size fla's caches; kept for parity.
+    """
+
+    def __init__(self, hidden_size: int = 2048, num_heads: int = 32, num_kv_heads: int | None = None,
+                 qkv_bias: bool = False, qk_norm: bool = False, window_size: int | None = None,
+                 rope_theta: float | None = 10000., max_position_embeddings: int | None = None,
+                 layer_idx: int | None = None, *, head_dim: int | None = None, output_gate: bool = False):
+        super().__init__()
+        self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})")
+        self.hidden_size, self.num_heads = hidden_size, num_heads
+        self.head_dim = hidden_size // num_heads if head_dim is None else head_dim
+        self.qkv_bias, self.qk_norm, self.output_gate = qkv_bias, qk_norm, output_gate
+        self.window_size, self.rope_theta = window_size, rope_theta
+        self.max_position_embeddings, self.layer_idx = max_position_embeddings, layer_idx
+        q_dim, kv_dim = num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(hidden_size, q_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(hidden_size, kv_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(hidden_size, kv_dim, bias=qkv_bias)
+        self.o_proj = nn.Linear(q_dim, hidden_size, bias=False)
+        if qk_norm:  # fla: RMSNorm(head_dim, eps=1e-5) in fp32, weight named `weight`
+            self.q_norm = nn.RMSNorm(self.head_dim, eps=1e-5)
+            self.k_norm = nn.RMSNorm(self.head_dim, eps=1e-5)
+        if output_gate:
+            self.g_proj = nn.Linear(hidden_size, q_dim, bias=False)
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, D) -> q (B, T, HQ, d), k and v (B, T, H, d): normed, then rotated."""
+        q, k, v = (_heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope_theta is not None:
+            q, k = apply_rotary(q, k, self.rope_theta)
+        return q, k, v
+
+    def output(self, x: Tensor, o: Tensor) -> Tensor:
+        """o (B, T, HQ, d) -> (B, T, D), through the output gate when there is one."""
+        if self.output_gate:
+            o = o * torch.sigmoid(_heads(self.g_proj(x), self.head_dim))
+        return self.o_proj(o.flatten(2))
+
+    def forward(self, x: Tensor, window: Window = None) -> Tensor:
+        q, k, v = self.project(x)
+        return self.output(x, attention(q, k, v, window=resolve_window(self.window_size, window)))
+
+
+class DSAIndexer(nn.Module):
+    """DeepSeek-V3.2 lightning indexer: ``index_heads`` queries against one shared key."""
+
+    def __init__(self, hidden_size: int, index_heads: int, index_head_dim: int):
+        super().__init__()
+        self.index_heads, self.index_head_dim = index_heads, index_head_dim
+        self.q_proj = nn.Linear(hidden_size, index_heads * index_head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden_size, index_head_dim, bias=False)
+        self.weights_proj = nn.Linear(hidden_size, index_heads, bias=False)
+
+    def forward(self, x: Tensor, rope_theta: float | None) -> Tensor:
+        """Index scores (B, T, T), unmasked; head weights scaled by HI^-0.5 as in V3.2."""
+        q = _heads(self.q_proj(x), self.index_head_dim)  # (B, T, HI, DI)
+        k = self.k_proj(x).unsqueeze(2)  # (B, T, 1, DI)
+        if rope_theta is not None:
+            q, k = apply_rotary(q, k, rope_theta)
+        w = self.weights_proj(x) * self.index_heads ** -0.5  # (B, T, HI)
+        return dsa_index_scores(q, k.squeeze(2), w)
+
+
+class DeepSeekSparseAttention(Attention):
+    """DSA: multi-head attention where each query attends to its ``topk`` indexer-chosen keys.
+
+    Our design (fla has no DSA layer): ``Attention``'s projections plus ``indexer``
+    (``q_proj``, ``k_proj``, ``weights_proj``). The top-k passes no gradient, so, as in
+    DeepSeek-V3.2, the indexer learns only from ``self.aux_loss`` (set by each training
+    forward, zero in eval): KL(head-summed attention of the main heads || softmax of the
+    index scores) over the selected keys, with the indexer's input and target detached.
+    """
+
+    def __init__(self, hidden_size: int = 2048, num_heads: int = 32, num_kv_heads: int | None = None,
+                 qkv_bias: bool = False, qk_norm: bool = False, window_size: int | None = None,
+                 rope_theta: float | None = 10000., max_position_embeddings: int | None = None,
+                 layer_idx: int | None = None, *, head_dim: int | None = None, output_gate: bool = False,
+                 index_heads: int = 4, index_head_dim: int = 32, topk: int = 64):
+        super().__init__(hidden_size, num_heads, num_kv_heads, qkv_bias, qk_norm, window_size, rope_theta,
+                         max_position_embeddings, layer_idx, head_dim=head_dim, output_gate=output_gate)
+        self.topk = topk
+        self.indexer = DSAIndexer(hidden_size, index_heads, index_head_dim)
+        self.aux_loss = torch.zeros(())
+
+    def forward(self, x: Tensor, window: Window = None, topk: int | None = None) -> Tensor:
+        q, k, v = self.project(x)
+        scores = self.indexer(x.detach(), self.rope_theta)  # (B, T, T)
+        topk = self.topk if topk is None else topk
+        keep = dsa_select(scores.detach(), topk, resolve_window(self.window_size, window))
+        self.aux_loss = self._indexer_loss(q, k, scores, keep) if self.training else scores.new_zeros(())
+        return self.output(x, masked_attention(q, k, v, keep[:, None]))
+
+    @staticmethod
+    def _indexer_loss(q: Tensor, k: Tensor, scores: Tensor, keep: Tensor) -> Tensor:
+        """mean over queries of KL(p || softmax(I)) on the kept keys; p is the detached target."""
+        with torch.no_grad():
+            k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
+            logits = torch.einsum("bthd,bshd->bhts", q, k) * q.shape[-1] ** -0.5
+            p = logits.masked_fill(~keep[:, None], float("-inf")).softmax(-1).mean(1)  # (B, T, T)
+        log_q = scores.masked_fill(~keep, float("-inf")).log_softmax(-1).masked_fill(~keep, 0.0)
+        return (p * (p.clamp_min(1e-30).log() - log_q)).sum(-1).mean()  # p = 0 off the kept keys
+
+
+class NativeSparseAttention(nn.Module):
+    """NSA with fla ``NativeSparseAttention`` kwargs and parameter names (q/k/v/g/o_proj).
+
+    ``g_proj`` gives three sigmoid gates per head, in order compressed, selected, window.
+    fla's kernels also need num_heads / num_kv_heads a power of two >= 16; this layer
+    does not. ``rope_theta=None`` drops rotary (fla cannot).
+    """
+
+    def __init__(self, hidden_size: int = 2048, num_heads: int = 64, num_kv_heads: int | None = 4,
+                 head_dim: int = 64, qkv_bias: bool = False, block_size: int = 64,
+                 block_counts: int | Tensor = 16, window_size: int | None = 512,
+                 rope_theta: float | None = 10000., max_position_embeddings: int | None = None,
+                 layer_idx: int | None = None):
+        super().__init__()
+        self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})")
+        self.hidden_size, self.num_heads, self.head_dim, self.qkv_bias = hidden_size, num_heads, head_dim, qkv_bias
+        self.block_size, self.block_counts, self.window_size = block_size, block_counts, window_size
+        self.rope_theta, self.max_position_embeddings, self.layer_idx = rope_theta, max_position_embeddings, layer_idx
+        q_dim, kv_dim = num_heads * head_dim, self.num_kv_heads * head_dim
+        self.q_proj = nn.Linear(hidden_size, q_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(hidden_size, kv_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(hidden_size, kv_dim, bias=qkv_bias)
+        self.g_proj = nn.Linear(hidden_size, num_heads * 3, bias=False)
+        self.o_proj = nn.Linear(q_dim, hidden_size, bias=False)
+
+    def forward(self, x: Tensor, window: Window = None) -> Tensor:
+        q, k, v = (_heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
+        if self.rope_theta is not None:
+            q, k = apply_rotary(q, k, self.rope_theta)
+        g_cmp, g_slc, g_swa = _heads(self.g_proj(x), 3).sigmoid().unbind(-1)  # (B, T, HQ) each
+        o = nsa_attention(q, k, v, g_cmp, g_slc, g_swa, block_counts=self.block_counts,
+                          block_size=self.block_size, window=_nsa_window(self.window_size, window, x.shape[1]))
+        return self.o_proj(o.flatten(2))
+
+
+class _FlaForward:
+    """fla layers return (o, attentions, cache); ours return o and take a one-call window."""
+
+    def _window_for(self, window: Window, t: int) -> int | None:
+        return resolve_window(self.window_size, window)
+
+    def forward(self, x: Tensor, window: Window = None) -> Tensor:
+        own = self.window_size
+        self.window_size = self._window_for(window, x.shape[1])
+        try:
+            return super().forward(x)[0]
+        finally:
+            self.window_size = own
+
+
+class _FlaAttentionForward(_FlaForward):
+
+    def forward(self, x: Tensor, window: Window = None) -> Tensor:
+        import fla.layers.attn as fla_attn
+
+        if fla_attn.flash_attn_func is None:
+            raise ImportError("fla's Attention runs only through flash-attn; use the torch layer here")
+        return super().forward(x, window)
+
+
+class _FlaNSAForward(_FlaForward):
+
+    def _window_for(self, window: Window, t: int) -> int:
+        return _nsa_window(self.window_size, window, t)
+
+
+def _missing_flash_attn(*args, **kwargs):
+    raise ImportError("flash-attn is not installed")
+
+
+@contextlib.contextmanager
+def _flash_attn_stub(module):
+    """fla's Attention refuses to build without flash-attn, though only its forward needs it."""
+    if module.flash_attn_func is not None:
+        yield
+        return
+    module.flash_attn_func = _missing_flash_attn
+    try:
+        yield
+    finally:
+        module.flash_attn_func = None
+
+
+@functools.cache
+def _fla_class(kind: str) -> type[nn.Module]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fla warns on import when Triton or flash-attn is absent
+        from fla.layers.attn import Attention as FlaAttention
+        from fla.layers.nsa import NativeSparseAttention as FlaNSA
+    if kind == "attn":
+        return type("FlaAttention", (_FlaAttentionForward, FlaAttention), {})
+    return type("FlaNativeSparseAttention", (_FlaNSAForward, FlaNSA), {})
+
+
+_TORCH = {"attn": Attention, "nsa": NativeSparseAttention}
+_TORCH_EXTRAS = {"attn": ("head_dim", "output_gate"), "nsa": ()}  # our kwargs fla lacks
+
+
+def _torch_only(kind: str, kw: dict) -> bool:
+    """Options fla's layer has no equivalent for: the caller then gets the torch layer."""
+    if kw.get("rope_theta", 1.0) is None:
+        return True
+    if kind == "nsa":
+        return False
+    default_dim = kw.get("hidden_size", 2048) // kw.get("num_heads", 32)
+    return bool(kw.get("output_gate")) or kw.get("head_dim", default_dim) != default_dim
+
+
+def make_fla(kind: str, **kw) -> nn.Module:
+    """fla's own ``attn`` / ``nsa`` layer (a subclass with our forward), built on any device.
+
+    Same kwargs as the torch layers. Where fla has no equivalent (``output_gate``, a
+    ``head_dim`` other than hidden_size // num_heads, ``rope_theta=None``) the fla
+    backend falls back to the torch layer, whose parameters it would share anyway.
+    fla's forward needs CUDA: Triton kernels, and flash-attn for attn and NSA's window.
+    """
+    if kind not in _TORCH:
+        raise ValueError(f"fla has no layer for kind {kind!r}; expected one of {sorted(_TORCH)}")
+    if _torch_only(kind, kw):
+        return _TORCH[kind](**kw)
+    cls = _fla_class(kind)
+    import fla.layers.attn as fla_attn
+
+    fla_kw = {name: value for name, value in kw.items() if name not in _TORCH_EXTRAS[kind]}
+    with _flash_attn_stub(fla_attn):
+        return cls(**fla_kw)
