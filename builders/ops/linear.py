@@ -128,7 +128,7 @@ def _chunk_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use
     B, T, HV, V = v.shape
     K = q.shape[-1]
     scale = K**-0.5 if scale is None else scale
-    dtype = _compute_dtype(v)
+    out_dtype, dtype = v.dtype, _compute_dtype(v)
     q, k = _prepare_qk(q, k, HV, use_qk_l2norm)
     q, k, v, g, beta = (_to_chunks(x.to(dtype), chunk_size) for x in (q, k, v, g, beta))
     b = beta[..., None]  # (B, HV, N, C, 1)
@@ -141,7 +141,7 @@ def _chunk_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use
     U, W = UW.split([V, K], dim=-1)
     S0 = _initial_state(initial_state, (B, HV, K, V), v)
     o, S = _chunk_scan(A_qk, scale * q * G.exp(), k * (G_end - G).exp(), G_end.exp().mT, U, W, S0)
-    return _from_chunks(o, T).to(v.dtype), S if output_final_state else None
+    return _from_chunks(o, T).to(out_dtype), S if output_final_state else None
 
 
 def chunk_gated_delta_rule(
@@ -208,6 +208,11 @@ def chunk_kda(
     return _chunk_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, chunk_size)
 
 
+def _skip_weight(D: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Mamba2's D, per head (H,) or per channel (H, P), as (H, P|1)."""
+    return (D if D.dim() == 2 else D[:, None]).to(dtype)
+
+
 def chunk_ssd(
     x: torch.Tensor,
     dt: torch.Tensor,
@@ -244,7 +249,7 @@ def chunk_ssd(
     y, S = _chunk_scan(A_qk, q * G.exp(), k * (G_end - G).exp(), G_end.exp().mT, v, None, S0)
     y = _from_chunks(y, T)
     if D is not None:
-        y = y + x.to(dtype) * (D.to(dtype) if D.dim() == 2 else D.to(dtype)[:, None])
+        y = y + x.to(dtype) * _skip_weight(D, dtype)
     return y.to(x.dtype), S.mT if output_final_state else None
 
 
@@ -253,7 +258,7 @@ def _recurrent_delta(q, k, v, g, beta, scale, initial_state, output_final_state,
     B, T, HV, V = v.shape
     K = q.shape[-1]
     scale = K**-0.5 if scale is None else scale
-    dtype = _compute_dtype(v)
+    out_dtype, dtype = v.dtype, _compute_dtype(v)
     q, k = _prepare_qk(q, k, HV, use_qk_l2norm)
     q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
     S = _initial_state(initial_state, (B, HV, K, V), v)
@@ -263,7 +268,7 @@ def _recurrent_delta(q, k, v, g, beta, scale, initial_state, output_final_state,
         u = beta[:, t, :, None] * (v[:, t] - (k[:, t, :, :, None] * S).sum(-2))  # (B, HV, V)
         S = S + k[:, t, :, :, None] * u[:, :, None, :]
         outs.append(scale * (q[:, t, :, :, None] * S).sum(-2))
-    return torch.stack(outs, dim=1).to(v.dtype), S if output_final_state else None
+    return torch.stack(outs, dim=1).to(out_dtype), S if output_final_state else None
 
 
 def recurrent_gated_delta_rule_ref(
@@ -301,5 +306,5 @@ def recurrent_ssd_ref(x, dt, A, B, C, D=None, initial_state=None, output_final_s
         ys.append((h * C[:, t, :, None, :]).sum(-1))  # (B, H, P)
     y = torch.stack(ys, dim=1)
     if D is not None:
-        y = y + x * (D.to(dtype) if D.dim() == 2 else D.to(dtype)[:, None])
+        y = y + x * _skip_weight(D, dtype)
     return y.to(in_dtype), h if output_final_state else None
