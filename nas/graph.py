@@ -119,33 +119,40 @@ def _span_text(arch: ArchSpec, r: LoopRegion) -> str:
     if (r.start.flat, r.end.flat) == (0, 2 * arch.L - 1):
         return "whole stack"
     if r.start.op == "mixer" and r.end.op == "ffn":
-        return f"layers {r.start.layer}–{r.end.layer}"
+        return (f"layer {r.start.layer}" if r.start.layer == r.end.layer
+                else f"layers {r.start.layer}–{r.end.layer}")
     return f"{r.start} .. {r.end}"
 
 
+def _regions_text(arch: ArchSpec, indices: list[int]) -> str:
+    groups: dict[tuple, list[LoopRegion]] = defaultdict(list)
+    for i in indices:
+        r = arch.loops[i]
+        kind = getattr(arch.layers[r.start.layer], r.start.op).kind if r.start == r.end else None
+        groups[(kind, r.start.op, loop_label(arch, r, True))].append(r)
+    texts = []
+    for (kind, op, label), rs in groups.items():
+        if kind is not None:
+            texts.append(f"{len(rs)} {kind} {op}{'s' if len(rs) > 1 else ''} {label}")
+        else:
+            texts += [f"{_span_text(arch, r)} {label}" for r in rs]
+    return "; ".join(texts)
+
+
 def loops_summary(arch: ArchSpec) -> str:
-    """One line: ``6 gdn mixers ×4 ρ-gate (shared)``, ``prelude 2 · recurrent 4 ×4 … · coda 2``."""
+    """One line: ``6 gdn mixers ×4 (ρ-gate)``, ``prelude 2 · recurrent 4 ×4 (…) · coda 2``."""
     parts = elr_parts(arch)
     if not arch.loops:
         text = "no loop"
     elif parts:
         n = {p: sum(v == p for v in parts.values()) for p in PARTS}
-        r = arch.loops[0]
-        text = (f"prelude {n['prelude']} · recurrent {n['recurrent']} {loop_label(arch, r, True)}"
-                f" · coda {n['coda']}")
+        top = next(node.index for node in plan(arch) if isinstance(node, Loop))
+        inner = _regions_text(arch, [i for i in range(len(arch.loops)) if i != top])
+        text = (f"prelude {n['prelude']} · recurrent {n['recurrent']} "
+                f"{loop_label(arch, arch.loops[top], True)}" + (f" [{inner}]" if inner else "")
+                + f" · coda {n['coda']}")
     else:
-        groups: dict[tuple, list[LoopRegion]] = defaultdict(list)
-        for r in arch.loops:
-            single = r.start == r.end
-            kind = getattr(arch.layers[r.start.layer], r.start.op).kind if single else None
-            groups[(single, kind, r.start.op, loop_label(arch, r, True))].append(r)
-        texts = []
-        for (single, kind, op, label), rs in groups.items():
-            if single:
-                texts.append(f"{len(rs)} {kind} {op}{'s' if len(rs) > 1 else ''} {label}")
-            else:
-                texts += [f"{_span_text(arch, r)} {label}" for r in rs]
-        text = "; ".join(texts)
+        text = _regions_text(arch, list(range(len(arch.loops))))
     if arch.elastic is not None:
         text += f" · elastic k∈{{{','.join(map(str, arch.elastic.eval))}}}"
     return text
