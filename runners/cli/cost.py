@@ -1,0 +1,126 @@
+"""``loopnas cost SPEC``: the cost sheet of a spec, as tables or JSON. Imports no torch."""
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+
+from nas.cost import DEFAULT_SEQ_LEN, CostSheet, Figures, cost
+
+from . import app
+from .common import JsonOpt, SpecArg, UsageError, console, load
+
+
+class Dtype(str, Enum):
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
+SeqLenOpt = Annotated[int, typer.Option("--seq-len", help="Context length for sequence-mixing FLOPs and memory.")]
+DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Bytes per cached element.")]
+TokensOpt = Annotated[float | None, typer.Option("--tokens", help="Training tokens, for training FLOPs per run (e.g. 52.43e9).", show_default=False)]
+
+
+def _si(x: float, unit: str = "") -> str:
+    """4 significant digits with an SI prefix: 46.58M, 1.929P."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g}{prefix}{unit}"
+    return f"{x:.4g}{unit}"
+
+
+def _bytes(x: int) -> str:
+    for scale, prefix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if x >= scale:
+            return f"{x / scale:.4g}{prefix}"
+    return f"{x}B"
+
+
+def _figure_rows(f: Figures) -> list[tuple[str, str]]:
+    p = f.projection
+    return [("projection FLOPs/token", _si(p.total)),
+            ("  mixer", _si(p.mixer)), ("  ffn", _si(p.ffn)), ("  head", _si(p.head)),
+            ("loop-extra FLOPs/token", _si(f.loop_extra_flops)),
+            ("seq-mixing FLOPs/token", _si(f.seq_mixing_flops)),
+            ("forward FLOPs/token", _si(f.forward_flops)),
+            ("KV cache/sequence", _bytes(f.kv_cache_bytes)),
+            ("state/sequence", _bytes(f.state_bytes))]
+
+
+def summary(sheet: CostSheet) -> Table:
+    table = Table(title=f"{sheet.name}: cost at context {sheet.seq_len}, {sheet.dtype}")
+    table.add_column("quantity", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    rows = [("unique params", f"{sheet.unique_params:,}"),
+            ("non-embedding params", f"{sheet.non_embedding_params:,}"),
+            *_figure_rows(sheet.figures),
+            ("train FLOPs/token (3×fwd)", _si(sheet.train_flops_per_token))]
+    if sheet.train_flops is not None:
+        rows.append((f"train FLOPs, {_si(sheet.tokens)} tokens", _si(sheet.train_flops)))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def per_k(sheet: CostSheet) -> Table:
+    table = Table(title="elastic depth: one checkpoint evaluated at k loops")
+    table.add_column("quantity", no_wrap=True)
+    for f in sheet.per_k:
+        table.add_column(f"k={f.loops}", justify="right", no_wrap=True)
+    for i, (name, _) in enumerate(_figure_rows(sheet.figures)):
+        table.add_row(name, *(_figure_rows(f)[i][1] for f in sheet.per_k))
+    return table
+
+
+def breakdown(sheet: CostSheet) -> Table:
+    table = Table(title="per sublayer: FLOPs/token over all runs, memory/sequence", box=box.SIMPLE)
+    for col in ("sublayer", "kind", "params", "runs", "proj", "seq", "KV", "state"):
+        table.add_column(col, justify="left" if col in ("sublayer", "kind") else "right", no_wrap=True)
+    for r in sheet.figures.ops:
+        table.add_row(f"{r.layer}.{r.op}", r.kind, f"{r.params:,}", str(r.applications),
+                      _si(r.projection_flops), _si(r.seq_mixing_flops),
+                      _bytes(r.kv_cache_bytes), _bytes(r.state_bytes))
+    return table
+
+
+def extras(sheet: CostSheet) -> Table:
+    table = Table(title="loop extras (FLOPs/token over all runs)", box=box.SIMPLE)
+    for col in ("parameter", "params", "FLOPs"):
+        table.add_column(col, justify="left" if col == "parameter" else "right", no_wrap=True)
+    for e in sheet.figures.extras:
+        table.add_row(e.name, f"{e.params:,}", _si(e.flops))
+    return table
+
+
+@app.command("cost")
+def cost_cmd(
+    spec: SpecArg,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    json_out: JsonOpt = False,
+    dtype: DtypeOpt = Dtype.bf16,
+    tokens: TokensOpt = None,
+) -> None:
+    """Price a spec: parameters, projection compute (MixerLoop §3.3), sequence mixing,
+    training FLOPs and inference memory.
+
+    Example: loopnas cost mixerloop_15m --seq-len 4096 --tokens 52.43e9
+    """
+    if seq_len < 1:
+        raise UsageError(f"--seq-len must be a positive integer (got {seq_len})")
+    if tokens is not None and tokens <= 0:
+        raise UsageError(f"--tokens must be positive (got {tokens:g})")
+    sheet = cost(load(spec), seq_len=seq_len, dtype=dtype.value,
+                 tokens=None if tokens is None else int(tokens))
+    if json_out:
+        typer.echo(json.dumps(sheet.to_dict(), indent=2))
+        return
+    console.print(summary(sheet))
+    if sheet.per_k:
+        console.print(per_k(sheet))
+    console.print(breakdown(sheet))
+    if sheet.figures.extras:
+        console.print(extras(sheet))
