@@ -1,6 +1,7 @@
 """YAML in, YAML out. Every failure is a :class:`SpecError` naming the source."""
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +14,43 @@ from .spec import ArchSpec
 from .validate import validate
 
 
+class _Loader(yaml.SafeLoader):
+    """``safe_load`` that rejects a repeated key instead of silently keeping the last."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"found duplicate key {key!r}", key_node.start_mark)
+            if isinstance(key, Hashable):
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
 def parse_yaml(text: str, source: str | None = None) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SpecError([Problem("", f"malformed YAML: {where}{what}")], source) from None
+    except ValueError as exc:  # a date-like scalar that is not a date (2024-13-01)
+        raise SpecError([Problem("", f"malformed YAML: {exc}")], source) from None
+    except RecursionError:
+        raise SpecError([Problem("", "malformed YAML: nested too deeply")], source) from None
     if not isinstance(data, dict):
+        got = "an empty file" if data is None else _KINDS.get(type(data), type(data).__name__)
         raise SpecError([Problem("", "the spec must be a YAML mapping with at least "
-                                     f"'model' and 'layers' or 'num_layers' (got {type(data).__name__})")],
+                                     f"'model' and 'layers' or 'num_layers' (got {got})")],
                         source)
     return data
 
@@ -39,7 +66,13 @@ def _read(path: str | Path) -> tuple[str, str]:
     p = Path(path)
     if not p.is_file():
         raise SpecError([Problem("", "no such file; give the path of a .yaml spec")], str(p))
-    return p.read_text(), str(p)
+    try:
+        return p.read_text(encoding="utf-8"), str(p)
+    except UnicodeDecodeError as exc:
+        raise SpecError([Problem("", f"not UTF-8 text (byte {exc.start}); save the spec as "
+                                     "UTF-8 YAML")], str(p)) from None
+    except OSError as exc:
+        raise SpecError([Problem("", f"cannot read the file: {exc.strerror}")], str(p)) from None
 
 
 def load_spec(path: str | Path) -> ArchSpec:

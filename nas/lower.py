@@ -7,17 +7,22 @@ heads, FFN widths), and expands ``loop`` sugar into explicit :class:`LoopRegion`
 from __future__ import annotations
 
 import math
+import typing
 
 from pydantic import TypeAdapter, ValidationError
 
-from .errors import SpecError, fail, from_validation_error
+from .errors import Problem, SpecError, fail, from_validation_error, suggest
 from .spec import (
-    FFN_KINDS, MIXER_KINDS, ArchSpec, AttnSpec, DSASpec, HybridSpec, IterOverride,
+    FFN_KINDS, MIXER_KINDS, ArchSpec, AttnSpec, DSASpec, FFNSpec, HybridSpec, IterOverride,
     LayerSpec, LoopRegion, LoopSugar, Mamba2Spec, MixerSpec, ModelSpec, MoESpec,
     NSASpec, OpAddr, ParallelSpec, Spec, SwiGLUSpec, SwitchSpec,
 )
 
 _MIXER = TypeAdapter(MixerSpec)
+_OPS = {cls.model_fields["kind"].default: cls
+        for union in (MixerSpec, FFNSpec) for cls in typing.get_args(typing.get_args(union)[0])}
+# mixers that a bare name in a hybrid ratio cannot build: they need sub-mixers
+_COMPOSITE = ("parallel", "switch")
 
 
 def default_ffn_hidden(width: int) -> int:
@@ -27,18 +32,22 @@ def default_ffn_hidden(width: int) -> int:
 
 
 def _with_defaults(op: Spec, defaults: dict, path: str) -> Spec:
-    """Re-validate ``op`` starting from ``defaults[op.kind]``; explicit fields win."""
+    """Re-validate ``op`` starting from ``defaults[op.kind]``; explicit fields win.
+
+    Each defaults entry is checked on its own first (:func:`_defaults_problems`), so a
+    failure here comes from combining the two, and is reported at the layer."""
     explicit = op.model_dump(exclude_unset=True)
     if isinstance(op, (ParallelSpec, SwitchSpec)):
         field = "branches" if isinstance(op, ParallelSpec) else "options"
-        subs = tuple(_with_defaults(b, defaults, f"{path}.{field}[{i}]")
-                     for i, b in enumerate(getattr(op, field)))
-        return op.model_copy(update={field: subs})
+        explicit[field] = tuple(_with_defaults(b, defaults, f"{path}.{field}[{i}]")
+                                for i, b in enumerate(getattr(op, field)))
     base = defaults.get(op.kind, {})
     try:
         return type(op).model_validate({**base, **explicit, "kind": op.kind})
     except ValidationError as exc:
-        raise from_validation_error(exc, type(op), (f"model.defaults.{op.kind}",)) from None
+        err = from_validation_error(exc, type(op), (path,))
+        raise SpecError([Problem(p.path, f"{p.message} (with model.defaults.{op.kind} applied)")
+                         for p in err.problems]) from None
 
 
 def _sized(op: Spec, width: int, path: str) -> Spec:
@@ -65,11 +74,26 @@ def _sized(op: Spec, width: int, path: str) -> Spec:
     return op
 
 
-def _check_defaults_keys(model: ModelSpec) -> None:
-    for key in model.defaults:
-        if key not in MIXER_KINDS + FFN_KINDS:
-            raise fail(f"model.defaults.{key}", f"unknown op kind '{key}'; valid kinds: "
-                       f"{', '.join(MIXER_KINDS + FFN_KINDS)}")
+def _defaults_problems(model: ModelSpec) -> list[Problem]:
+    """Each ``model.defaults`` entry must name an op kind and hold valid fields of it,
+    whether or not a layer of that kind exists."""
+    out: list[Problem] = []
+    for key, values in model.defaults.items():
+        path = f"model.defaults.{key}"
+        if key not in _OPS:
+            kinds = MIXER_KINDS + FFN_KINDS
+            out.append(Problem(path, f"unknown op kind '{key}'; {suggest(key, kinds)}"
+                                     f"valid kinds: {', '.join(kinds)}"))
+        elif values.get("kind", key) != key:
+            out.append(Problem(f"{path}.kind", f"defaults for '{key}' cannot set kind "
+                                               f"{values['kind']!r}; remove kind"))
+        else:
+            try:
+                _OPS[key].model_validate({**values, "kind": key})
+            except ValidationError as exc:
+                out += [p for p in from_validation_error(exc, _OPS[key], (path,)).problems
+                        if p.message != "field required"]
+    return out
 
 
 def _resolve_layer(layer: LayerSpec, model: ModelSpec, path: str) -> LayerSpec:
@@ -130,23 +154,34 @@ def placement(hybrid: HybridSpec, L: int) -> list[str]:
     return [n if n is not None else majority for n in names]
 
 
-def _hybrid_mixer(name: str, hybrid: HybridSpec) -> MixerSpec:
+def _hybrid_mixer(name: str, hybrid: HybridSpec, path: str) -> MixerSpec:
     if name in hybrid.mixers:
         return hybrid.mixers[name]
+    if name in _COMPOSITE:
+        raise fail(path, f"a bare '{name}' has no sub-mixers; define it under hybrid.mixers "
+                   "and use that key here")
     if name in MIXER_KINDS:
         return _MIXER.validate_python({"kind": name})
-    known = sorted(set(hybrid.mixers) | set(MIXER_KINDS))
-    raise fail("hybrid", f"'{name}' is neither a mixer kind nor a key of hybrid.mixers; "
-               f"valid names: {', '.join(known)}")
+    known = sorted(set(hybrid.mixers) | set(MIXER_KINDS) - set(_COMPOSITE))
+    raise fail(path, f"'{name}' is neither a mixer kind nor a key of hybrid.mixers; "
+               f"{suggest(name, known)}valid names: {', '.join(known)}")
 
 
 def _hybrid_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
     hybrid, L = spec.hybrid, spec.num_layers
     ffn = spec.layer.ffn if spec.layer is not None else SwiGLUSpec()
     if hybrid.placement == "random":
-        options = tuple(_hybrid_mixer(n, hybrid) for n in hybrid.ratio)
+        if len(hybrid.ratio) < 2:
+            raise fail("hybrid.ratio", "placement 'random' switches between mixers; give at "
+                       "least two names in the ratio")
+        options = tuple(_hybrid_mixer(n, hybrid, f"hybrid.ratio.{n}") for n in hybrid.ratio)
         return tuple(LayerSpec(mixer=SwitchSpec(options=options), ffn=ffn) for _ in range(L))
-    return tuple(LayerSpec(mixer=_hybrid_mixer(n, hybrid), ffn=ffn) for n in placement(hybrid, L))
+    explicit = isinstance(hybrid.placement, tuple)
+    for n in dict.fromkeys(hybrid.ratio):
+        _hybrid_mixer(n, hybrid, f"hybrid.ratio.{n}")
+    return tuple(LayerSpec(mixer=_hybrid_mixer(n, hybrid, f"hybrid.placement[{i}]" if explicit
+                                               else f"hybrid.ratio.{n}"), ffn=ffn)
+                 for i, n in enumerate(placement(hybrid, L)))
 
 
 def _raw_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
@@ -181,8 +216,8 @@ def _selected(sugar: LoopSugar, layers, path: str) -> list[OpAddr]:
         raise fail(f"{path}.select", "boundary 'selective' needs select: {ops, kinds, layers}")
     lo, hi = sel.layers if sel.layers is not None else (0, len(layers) - 1)
     if not 0 <= lo <= hi < len(layers):
-        raise fail(f"{path}.select.layers", f"layer range [{lo}, {hi}] is not inside "
-                   f"[0, {len(layers) - 1}]")
+        raise fail(f"{path}.select.layers", f"layer range [{lo}, {hi}] is not a range "
+                   f"[first, last] with 0 <= first <= last <= {len(layers) - 1}")
     picked = []
     for i in range(lo, hi + 1):
         for op in ("mixer", "ffn"):
@@ -196,8 +231,11 @@ def _selected(sugar: LoopSugar, layers, path: str) -> list[OpAddr]:
 
 def _elr_span(sugar: LoopSugar, L: int, path: str) -> tuple[OpAddr, OpAddr]:
     parts = (sugar.prelude, sugar.recurrent, sugar.coda)
-    if None in parts:
-        raise fail(path, "boundary 'elr' needs prelude, recurrent and coda layer counts")
+    missing = [n for n, v in zip(("prelude", "recurrent", "coda"), parts) if v is None]
+    if missing:
+        raise SpecError([Problem(f"{path}.{n}", "field required with boundary 'elr': "
+                                 "prelude, recurrent and coda are layer counts adding up to "
+                                 f"the model's {L} layers") for n in missing])
     if sum(parts) != L:
         raise fail(path, f"prelude + recurrent + coda = {sum(parts)} but the model has "
                    f"{L} layers; make them add up to {L}")
@@ -221,10 +259,28 @@ def _window_schedule(sugar: LoopSugar, a: OpAddr, b: OpAddr, layers, path: str):
                  for t, w in enumerate(sugar.windows) for i in attn)
 
 
+# sugar fields that only mean something for one boundary
+_ONLY_FOR = {"prelude": "elr", "recurrent": "elr", "coda": "elr", "select": "selective",
+             "unit": "selective"}
+
+
+def _stray_fields(sugar: LoopSugar, path: str) -> list[Problem]:
+    """Fields the boundary would silently ignore."""
+    if sugar.boundary == "none":
+        return [Problem(f"{path}.{f}", "boundary 'none' loops nothing; remove this field or "
+                        "pick a boundary") for f in sorted(sugar.model_fields_set - {"boundary"})]
+    return [Problem(f"{path}.{f}", f"applies only to boundary '{b}', not "
+                    f"'{sugar.boundary}'; remove it or set boundary: {b}")
+            for f, b in _ONLY_FOR.items() if f in sugar.model_fields_set and sugar.boundary != b]
+
+
 def lower_loop(sugar: LoopSugar, layers, path: str = "loop") -> list[LoopRegion]:
     L = len(layers)
     last = OpAddr(layer=L - 1, op="ffn")
     b = sugar.boundary
+    stray = _stray_fields(sugar, path)
+    if stray:
+        raise SpecError(stray)
     if b == "none":
         return []
     if b in ("block", "elr"):
@@ -237,9 +293,12 @@ def lower_loop(sugar: LoopSugar, layers, path: str = "loop") -> list[LoopRegion]
         if sugar.unit == "span":
             a, z = addrs[0], addrs[-1]
             return [_region(a, z, sugar, _window_schedule(sugar, a, z, layers, path))]
-    return [_region(x, x, sugar, _window_schedule(sugar, x, x, layers, path) if
-                    x.op == "mixer" and isinstance(layers[x.layer].mixer, (AttnSpec, NSASpec)) else ())
+    attn = [x.op == "mixer" and isinstance(layers[x.layer].mixer, (AttnSpec, NSASpec))
             for x in addrs]
+    if sugar.windows is not None and not any(attn):
+        raise fail(f"{path}.windows", "the loop contains no attention mixer to schedule")
+    return [_region(x, x, sugar, _window_schedule(sugar, x, x, layers, path) if a else ())
+            for x, a in zip(addrs, attn)]
 
 
 def lower(spec: ArchSpec) -> ArchSpec:
@@ -247,7 +306,9 @@ def lower(spec: ArchSpec) -> ArchSpec:
     if spec.match is not None:
         from .budget import match_budget
         return match_budget(spec.model_copy(update={"match": None}), spec.match)
-    _check_defaults_keys(spec.model)
+    problems = _defaults_problems(spec.model)
+    if problems:
+        raise SpecError(problems)
     raw = _raw_layers(spec)
     layers = tuple(_resolve_layer(l, spec.model, f"layers[{i}]") for i, l in enumerate(raw))
     sugars = spec.loop if isinstance(spec.loop, tuple) else ((spec.loop,) if spec.loop else ())

@@ -13,9 +13,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, field_validator, model_validator,
+)
 
-PosFloat = Annotated[float, Field(gt=0)]
+# Caps on counts that lowering and planning turn into Python lists and loops.
+MAX_LAYERS = 4096
+MAX_LOOPS = 1024
+
+PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+LoopCount = Annotated[int, Field(gt=0, le=MAX_LOOPS)]
 
 
 class Spec(BaseModel):
@@ -203,14 +211,16 @@ class MoESpec(Spec):
     top_k: PositiveInt = 2
     expert_hidden: PositiveInt | None = None
     shared_expert_hidden: Annotated[int, Field(ge=0)] = 0
-    aux_loss_coef: Annotated[float, Field(ge=0)] = 0.01
+    aux_loss_coef: NonNegFloat = 0.01
 
-    @model_validator(mode="after")
-    def _topk_fits(self) -> "MoESpec":
-        if self.top_k > self.num_experts:
-            raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}; "
+    @field_validator("top_k")
+    @classmethod
+    def _topk_fits(cls, top_k: int, info: ValidationInfo) -> int:
+        num_experts = info.data.get("num_experts")
+        if num_experts is not None and top_k > num_experts:
+            raise ValueError(f"top_k={top_k} exceeds num_experts={num_experts}; "
                              "use top_k <= num_experts")
-        return self
+        return top_k
 
 
 class NoFFNSpec(Spec):
@@ -329,7 +339,7 @@ class LoopRegion(Spec):
 
     start: OpAddr
     end: OpAddr
-    T: PositiveInt
+    T: LoopCount
     update: UpdateRule = PlainUpdate()
     conditioning: Literal["none", "index", "index_budget"] = "none"
     schedule: tuple[IterOverride, ...] = ()
@@ -356,7 +366,7 @@ class LoopSugar(Spec):
     """
 
     boundary: Literal["none", "block", "mixer", "ffn", "selective", "elr"]
-    T: PositiveInt = 1
+    T: LoopCount = 1
     update: UpdateRule = PlainUpdate()
     conditioning: Literal["none", "index", "index_budget"] = "none"
     select: SelectSpec | None = None
@@ -372,17 +382,19 @@ class LoopDist(Spec):
     """A distribution over loop counts. The default is ELR's single-loop coverage
     (2nd/3rd/4th loops in 67.5/45/22.5% of samples, mean 2.35)."""
 
-    values: tuple[PositiveInt, ...] = (1, 2, 3, 4)
-    weights: tuple[Annotated[float, Field(ge=0)], ...] = (0.325, 0.225, 0.225, 0.225)
+    values: tuple[LoopCount, ...] = Field((1, 2, 3, 4), min_length=1)
+    weights: tuple[NonNegFloat, ...] = Field((0.325, 0.225, 0.225, 0.225), min_length=1)
 
-    @model_validator(mode="after")
-    def _same_length(self) -> "LoopDist":
-        if len(self.values) != len(self.weights):
-            raise ValueError(f"values has {len(self.values)} entries but weights has "
-                             f"{len(self.weights)}; give one weight per value")
-        if sum(self.weights) <= 0:
+    @field_validator("weights")
+    @classmethod
+    def _one_per_value(cls, weights: tuple[float, ...], info: ValidationInfo) -> tuple[float, ...]:
+        values = info.data.get("values")
+        if values is not None and len(values) != len(weights):
+            raise ValueError(f"values has {len(values)} entries but weights has "
+                             f"{len(weights)}; give one weight per value")
+        if sum(weights) <= 0:
             raise ValueError("weights must not all be zero")
-        return self
+        return weights
 
 
 class ElasticSpec(Spec):
@@ -392,7 +404,7 @@ class ElasticSpec(Spec):
 
     train: LoopDist = LoopDist()
     switch_at: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    eval: tuple[PositiveInt, ...] = (1, 2, 3, 4)
+    eval: tuple[LoopCount, ...] = (1, 2, 3, 4)
 
 
 class HybridSpec(Spec):
@@ -400,7 +412,7 @@ class HybridSpec(Spec):
     ``placement``: ``interleave``, ``bookend``, ``front``, ``back``, ``random``, or an
     explicit per-layer list of names."""
 
-    ratio: dict[str, PositiveInt]
+    ratio: dict[str, PositiveInt] = Field(min_length=1)
     placement: Literal["interleave", "bookend", "front", "back", "random"] | tuple[str, ...] = "interleave"
     mixers: dict[str, MixerSpec] = Field(default_factory=dict)
     eval_samples: PositiveInt = 5
@@ -429,7 +441,7 @@ class ArchSpec(Spec):
     description: str = ""
     model: ModelSpec
     layers: tuple[LayerSpec, ...] | None = None
-    num_layers: PositiveInt | None = None
+    num_layers: Annotated[int, Field(gt=0, le=MAX_LAYERS)] | None = None
     layer: LayerSpec | None = None
     hybrid: HybridSpec | None = None
     loop: LoopSugar | tuple[LoopSugar, ...] | None = None

@@ -5,6 +5,8 @@ them all so a user sees every problem at once.
 """
 from __future__ import annotations
 
+import math
+
 from .errors import Problem
 from .spec import (
     ArchSpec, AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, LoopRegion, Mamba2Spec,
@@ -20,7 +22,7 @@ def _divides(path: str, a: int, a_name: str, b: int, b_name: str) -> list[Proble
 
 
 def _is_int(path: str, x: float, what: str) -> list[Problem]:
-    if abs(x - round(x)) < 1e-9:
+    if math.isfinite(x) and abs(x - round(x)) < 1e-9:
         return []
     return [Problem(path, f"{what} = {x:g} is not an integer; adjust the sizes")]
 
@@ -47,7 +49,8 @@ def mixer_problems(m, width: int, path: str) -> list[Problem]:
         inner = m.expand * width
         if m.num_heads * m.head_dim != inner:
             out.append(Problem(f"{path}.num_heads", f"num_heads * head_dim = "
-                               f"{m.num_heads * m.head_dim} must equal expand * width = {inner}"))
+                               f"{m.num_heads * m.head_dim} must equal expand * width = {inner}; "
+                               "leave num_heads unset to derive it"))
         out += _divides(f"{path}.n_groups", m.n_groups, "n_groups", m.num_heads, "num_heads")
     if isinstance(m, (AttnSpec, DSASpec, NSASpec)) and m.num_kv_heads is not None:
         out += _divides(f"{path}.num_kv_heads", m.num_kv_heads, "num_kv_heads", m.num_heads, "num_heads")
