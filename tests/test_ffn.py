@@ -51,7 +51,8 @@ def loop_moe(moe, x, routing):
 def loop_routing(moe, x):
     probs = torch.softmax(x.reshape(-1, x.shape[-1]) @ moe.gate.weight.T, -1)
     rows = [torch.topk(p, moe.top_k) for p in probs]
-    return Routing(torch.stack([r.indices for r in rows]), torch.stack([r.values / r.values.sum() for r in rows]))
+    weights = [r.values / r.values.sum() for r in rows]
+    return Routing(torch.stack([r.indices for r in rows]), torch.stack(weights))
 
 
 @pytest.mark.parametrize("experts,top_k,shared,tokens", [(4, 2, 0, 21), (8, 1, 12, 3), (4, 3, 8, 21)],

@@ -144,7 +144,8 @@ def naive_dsa_loop(q, k, v, q_idx, k_idx, w_idx, topk, window=None):
     for i_b in range(b):
         for i_t in range(t):
             lo = 0 if window is None else max(0, i_t - window + 1)
-            s = torch.relu(torch.einsum("jd,sd->js", q_idx[i_b, i_t], k_idx[i_b, lo:i_t + 1]) * q_idx.shape[-1] ** -0.5)
+            dots = torch.einsum("jd,sd->js", q_idx[i_b, i_t], k_idx[i_b, lo:i_t + 1])
+            s = torch.relu(dots * q_idx.shape[-1] ** -0.5)  # (HI, visible keys)
             score = (w_idx[i_b, i_t, :, None] * s).sum(0)
             sel = lo + score.topk(min(topk, score.numel())).indices
             kk, vv = k[i_b, sel].repeat_interleave(g, 1), v[i_b, sel].repeat_interleave(g, 1)
@@ -153,10 +154,16 @@ def naive_dsa_loop(q, k, v, q_idx, k_idx, w_idx, topk, window=None):
     return o
 
 
-DSA_CASES = [(2, 63, 4, 4, 16, 8, None), (2, 63, 8, 2, 16, 5, 12), (1, 1, 2, 1, 8, 4, None), (1, 20, 4, 4, 8, 1, None)]
+DSA_CASES = [  # B, T, HQ, H, D, topk, window
+    (2, 63, 4, 4, 16, 8, None), (2, 63, 8, 2, 16, 5, 12), (1, 1, 2, 1, 8, 4, None), (1, 20, 4, 4, 8, 1, None),
+]
 
 
-@pytest.mark.parametrize("case", DSA_CASES, ids=lambda c: f"B{c[0]}-T{c[1]}-H{c[2]}-KV{c[3]}-D{c[4]}-k{c[5]}-w{c[6]}")
+def dsa_id(c):
+    return f"B{c[0]}-T{c[1]}-H{c[2]}-KV{c[3]}-D{c[4]}-k{c[5]}-w{c[6]}"
+
+
+@pytest.mark.parametrize("case", DSA_CASES, ids=dsa_id)
 def test_dsa_matches_per_query_loop(case):
     torch.manual_seed(5)
     b, t, hq, h, d, topk, w = case
@@ -176,7 +183,8 @@ def test_dsa_matches_fla_naive():
     o_fla, idx = naive_dsa(q, k, v, q_idx, k_idx, w_idx, topk=9, return_indices=True)
     torch.testing.assert_close(o, o_fla, **TOL[torch.float32])
     assert_close_all(grads(o, (q, k, v)), grads(o_fla, (q, k, v)), **TOL[torch.float32])
-    fla_keep = torch.zeros(2, 63, 64, dtype=torch.bool).scatter_(-1, idx.masked_fill(idx < 0, 63), True)[..., :63]
+    fla_keep = torch.zeros(2, 63, 64, dtype=torch.bool).scatter_(-1, idx.masked_fill(idx < 0, 63), True)
+    fla_keep = fla_keep[..., :63]  # column 63 absorbed fla's -1 padding
     assert torch.equal(fla_keep, dsa_select(dsa_index_scores(q_idx, k_idx, w_idx), 9))
     # fla's index scale and weights never change the ranking: scale 1 selects the same keys
     fla_unscaled = naive_dsa_indexer(q_idx, k_idx, w_idx, 9, scale=1.0, activation="relu")
@@ -214,7 +222,9 @@ def test_mean_pool_matches_loop(t):
     assert_close_all(grads(mean_pool(x, 8), (x,)), grads(naive_mean_pool(x, 8), (x,)))
 
 
-NSA_CASES = [(2, 63, 16, 1, 16, 8, 3), (1, 64, 32, 2, 8, 16, 2), (2, 40, 16, 1, 8, 4, 5), (1, 1, 16, 1, 8, 8, 3)]
+NSA_CASES = [  # B, T, HQ, H, D, block_size, block_counts; fla's naive NSA needs HQ / H >= 16
+    (2, 63, 16, 1, 16, 8, 3), (1, 64, 32, 2, 8, 16, 2), (2, 40, 16, 1, 8, 4, 5), (1, 1, 16, 1, 8, 8, 3),
+]
 
 
 def nsa_id(c):
@@ -234,7 +244,8 @@ def test_nsa_branches_match_fla_naive(case):
     q, k, v, _ = nsa_inputs(b, t, hq, h, d, seed=9)
     tol, scale = TOL[torch.float32], d ** -0.5
     k_cmp, v_cmp = naive_mean_pool(k, bs), naive_mean_pool(v, bs)
-    o, o_fla = nsa_compression(q, k_cmp, v_cmp, bs, scale), fla_nsa.naive_nsa_compression(q, k_cmp, v_cmp, bs, scale)[0]
+    o = nsa_compression(q, k_cmp, v_cmp, bs, scale)
+    o_fla = fla_nsa.naive_nsa_compression(q, k_cmp, v_cmp, bs, scale)[0]
     torch.testing.assert_close(o, o_fla, **tol)
     assert_close_all(grads(o, (q, k, v)), grads(o_fla, (q, k, v)), **tol)
     idx = nsa_select_blocks(q, k_cmp, s, bs, scale)
@@ -250,7 +261,8 @@ def test_nsa_select_blocks_per_query_counts():
     q, k, _, _ = nsa_inputs(b, t, hq, h, d, seed=10)
     counts = torch.randint(1, 6, (b, t, h))
     k_cmp = naive_mean_pool(k, bs)
-    idx, idx_fla = nsa_select_blocks(q, k_cmp, counts, bs), fla_nsa.naive_nsa_topk(q, k_cmp, counts, bs, d ** -0.5)
+    idx = nsa_select_blocks(q, k_cmp, counts, bs)
+    idx_fla = fla_nsa.naive_nsa_topk(q, k_cmp, counts, bs, d ** -0.5)
     assert torch.equal(idx.sort(-1).values, idx_fla.sort(-1).values)
     assert ((idx >= 0).sum(-1) <= counts).all()
 
@@ -286,6 +298,7 @@ def test_nsa_given_block_indices_and_errors():
     # queries before block 2 see no selected token: zeros, not NaN; later ones see only block 2
     torch.testing.assert_close(o[:, :8], torch.zeros_like(o[:, :8]))
     assert (o[:, 8:] != 0).all()
-    torch.testing.assert_close(o[:, 8:12], attention(q[:, 8:12], k[:, 8:12], v[:, 8:12]) * g_slc[:, 8:12, :, None])
+    block2 = attention(q[:, 8:12], k[:, 8:12], v[:, 8:12]) * g_slc[:, 8:12, :, None]
+    torch.testing.assert_close(o[:, 8:12], block2)
     with pytest.raises(ValueError, match="block_indices"):
         nsa_attention(q, k, v)

@@ -14,7 +14,6 @@ import warnings
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from builders.ops.attention import (
@@ -43,6 +42,13 @@ def _nsa_window(own: int | None, override: Window, t: int) -> int:
     return t if override == "full" else resolve_window(own, override) or 0
 
 
+def _kv_heads(num_heads: int, num_kv_heads: int | None) -> int:
+    kv = num_heads if num_kv_heads is None else num_kv_heads
+    if num_heads % kv:
+        raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({kv})")
+    return kv
+
+
 def _heads(x: Tensor, head_dim: int) -> Tensor:
     return x.unflatten(-1, (-1, head_dim))  # (B, T, H * D) -> (B, T, H, D)
 
@@ -61,9 +67,7 @@ class Attention(nn.Module):
                  rope_theta: float | None = 10000., max_position_embeddings: int | None = None,
                  layer_idx: int | None = None, *, head_dim: int | None = None, output_gate: bool = False):
         super().__init__()
-        self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})")
+        self.num_kv_heads = _kv_heads(num_heads, num_kv_heads)
         self.hidden_size, self.num_heads = hidden_size, num_heads
         self.head_dim = hidden_size // num_heads if head_dim is None else head_dim
         self.qkv_bias, self.qk_norm, self.output_gate = qkv_bias, qk_norm, output_gate
@@ -174,12 +178,11 @@ class NativeSparseAttention(nn.Module):
                  rope_theta: float | None = 10000., max_position_embeddings: int | None = None,
                  layer_idx: int | None = None):
         super().__init__()
-        self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})")
-        self.hidden_size, self.num_heads, self.head_dim, self.qkv_bias = hidden_size, num_heads, head_dim, qkv_bias
+        self.num_kv_heads = _kv_heads(num_heads, num_kv_heads)
+        self.hidden_size, self.num_heads, self.head_dim = hidden_size, num_heads, head_dim
+        self.qkv_bias, self.rope_theta = qkv_bias, rope_theta
         self.block_size, self.block_counts, self.window_size = block_size, block_counts, window_size
-        self.rope_theta, self.max_position_embeddings, self.layer_idx = rope_theta, max_position_embeddings, layer_idx
+        self.max_position_embeddings, self.layer_idx = max_position_embeddings, layer_idx
         q_dim, kv_dim = num_heads * head_dim, self.num_kv_heads * head_dim
         self.q_proj = nn.Linear(hidden_size, q_dim, bias=qkv_bias)
         self.k_proj = nn.Linear(hidden_size, kv_dim, bias=qkv_bias)
@@ -192,8 +195,8 @@ class NativeSparseAttention(nn.Module):
         if self.rope_theta is not None:
             q, k = apply_rotary(q, k, self.rope_theta)
         g_cmp, g_slc, g_swa = _heads(self.g_proj(x), 3).sigmoid().unbind(-1)  # (B, T, HQ) each
-        o = nsa_attention(q, k, v, g_cmp, g_slc, g_swa, block_counts=self.block_counts,
-                          block_size=self.block_size, window=_nsa_window(self.window_size, window, x.shape[1]))
+        o = nsa_attention(q, k, v, g_cmp, g_slc, g_swa, block_counts=self.block_counts, block_size=self.block_size,
+                          window=_nsa_window(self.window_size, window, x.shape[1]))
         return self.o_proj(o.flatten(2))
 
 
@@ -251,9 +254,8 @@ def _fla_class(kind: str) -> type[nn.Module]:
         warnings.simplefilter("ignore")  # fla warns on import when Triton or flash-attn is absent
         from fla.layers.attn import Attention as FlaAttention
         from fla.layers.nsa import NativeSparseAttention as FlaNSA
-    if kind == "attn":
-        return type("FlaAttention", (_FlaAttentionForward, FlaAttention), {})
-    return type("FlaNativeSparseAttention", (_FlaNSAForward, FlaNSA), {})
+    mixin, base = {"attn": (_FlaAttentionForward, FlaAttention), "nsa": (_FlaNSAForward, FlaNSA)}[kind]
+    return type(f"Fla{base.__name__}", (mixin, base), {})
 
 
 _TORCH = {"attn": Attention, "nsa": NativeSparseAttention}
@@ -267,7 +269,7 @@ def _torch_only(kind: str, kw: dict) -> bool:
     if kind == "nsa":
         return False
     default_dim = kw.get("hidden_size", 2048) // kw.get("num_heads", 32)
-    return bool(kw.get("output_gate")) or kw.get("head_dim", default_dim) != default_dim
+    return bool(kw.get("output_gate")) or (kw.get("head_dim") or default_dim) != default_dim
 
 
 def make_fla(kind: str, **kw) -> nn.Module:

@@ -23,7 +23,8 @@ def swiglu_hidden(hidden_size: int, hidden_ratio: float | None = None,
 class SwiGLU(nn.Module):
     """``down(silu(gate(x)) * up(x))``; kwargs and parameter names as fla's ``GatedMLP``."""
 
-    def __init__(self, hidden_size: int, hidden_ratio: float | None = None, intermediate_size: int | None = None):
+    def __init__(self, hidden_size: int, hidden_ratio: float | None = None,
+                 intermediate_size: int | None = None):
         super().__init__()
         self.hidden_size = hidden_size
         self.intermediate_size = swiglu_hidden(hidden_size, hidden_ratio, intermediate_size)
@@ -75,8 +76,11 @@ class MoE(nn.Module):
             raise ValueError(f"top_k={top_k} must lie in 1..num_experts={num_experts}")
         self.num_experts, self.top_k = num_experts, top_k
         self.gate = nn.Linear(hidden_size, num_experts, bias=False)
-        self.experts = nn.ModuleList(SwiGLU(hidden_size, intermediate_size=expert_hidden) for _ in range(num_experts))
-        self.shared_expert = SwiGLU(hidden_size, intermediate_size=shared_expert_hidden) if shared_expert_hidden else None
+        self.experts = nn.ModuleList(SwiGLU(hidden_size, intermediate_size=expert_hidden)
+                                     for _ in range(num_experts))
+        self.shared_expert = None
+        if shared_expert_hidden:
+            self.shared_expert = SwiGLU(hidden_size, intermediate_size=shared_expert_hidden)
         self.aux_loss = torch.zeros(())
         self.last_routing: Routing | None = None
 
