@@ -17,7 +17,7 @@ every iteration but the first. ``param_group`` follows the model's parameter nam
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import networkx as nx
 
@@ -107,15 +107,10 @@ def _short(op) -> str:
 
 
 def _count(items: list[str]) -> str:
-    seen: dict[str, int] = {}
-    for x in items:
-        seen[x] = seen.get(x, 0) + 1
-    return ", ".join(f"{n} {k}" for k, n in seen.items())
+    return ", ".join(f"{n} {k}" for k, n in Counter(items).items())
 
 
 def _span_text(arch: ArchSpec, r: LoopRegion) -> str:
-    if r.start == r.end:
-        return f"layers[{r.start.layer}].{r.start.op}"
     if (r.start.flat, r.end.flat) == (0, 2 * arch.L - 1):
         return "whole stack"
     if r.start.op == "mixer" and r.end.op == "ffn":

@@ -144,8 +144,7 @@ def _legend(ax, g: nx.DiGraph) -> None:
 def draw(g: nx.DiGraph) -> Figure:
     """The diagram of a folded graph (:func:`nas.graph.folded_graph`)."""
     ys = _layout(g)
-    width_guess = BOX_W + 12
-    fig = Figure(figsize=(width_guess * INCH, (max(ys.values()) + 2) * INCH))
+    fig = Figure()
     ax = fig.add_axes((0, 0, 1, 1))
     order = list(g.nodes)
     ax.plot([BOX_W / 2] * 2, [ys[order[0]], ys[order[-1]]], color="#999999", linewidth=0.8, zorder=1)
