@@ -635,17 +635,21 @@ def _scheduled(arch: ArchSpec) -> frozenset[int]:
     return frozenset(o.layer for r in arch.loops for o in r.schedule)
 
 
-def _mixer_row(arch: ArchSpec, i: int, c: Counts, n: int, nbytes: int, weights,
-               scheduled: frozenset[int]) -> OpCost:
-    """KV: ``per_loop`` keeps a cache per application, ``last_loop`` one per layer sized
-    for the widest window it runs with; recurrent state is per application (each
-    application reads its own input sequence, as ELR keeps per-loop state)."""
-    d, mixer, apps = arch.model.width, arch.layers[i].mixer, c.apps[2 * i]
-    last = arch.kv_policy == "last_loop"
-    if i not in scheduled and not isinstance(mixer, SwitchSpec):
-        p = _profile(mixer, d, n)
-        return OpCost(i, "mixer", mixer.kind, p.params, apps, 2.0 * apps * p.active, apps * p.seq,
-                      p.kv * (1 if last else apps) * nbytes, apps * p.state * nbytes)
+def _layer_profiles(arch: ArchSpec, n: int) -> list[tuple[_Profile | None, _Profile]]:
+    """(mixer, ffn) profiles per layer; None where the mixer is priced per application
+    setting (a loop-level schedule or a switch), see :func:`_general_mixer_row`."""
+    d, scheduled = arch.model.width, _scheduled(arch)
+    return [(None if i in scheduled or isinstance(l.mixer, SwitchSpec) else _profile(l.mixer, d, n),
+             _profile(l.ffn, d, n)) for i, l in enumerate(arch.layers)]
+
+
+def _general_mixer_row(arch: ArchSpec, i: int, c: Counts, n: int, nbytes: int, weights) -> OpCost:
+    """A mixer whose applications differ (schedule overrides) or that is a switch.
+
+    KV: ``per_loop`` keeps a cache per application, ``last_loop`` one per layer sized for
+    the widest window it runs with; recurrent state is per application (each application
+    reads its own input sequence, as ELR keeps per-loop state)."""
+    d, mixer = arch.model.width, arch.layers[i].mixer
     proj = seq = 0.0
     kv_apps = kv_max = state = 0
     for share, op in mixer_settings(arch, i, c):
@@ -655,25 +659,36 @@ def _mixer_row(arch: ArchSpec, i: int, c: Counts, n: int, nbytes: int, weights,
         kv = max(p.kv for _, p in profiles)
         kv_apps, kv_max = kv_apps + share * kv, max(kv_max, kv)
         state += share * max(p.state for _, p in profiles)
-    return OpCost(i, "mixer", mixer.kind, _static(mixer, d).params, apps, proj, seq,
-                  (kv_max if last else kv_apps) * nbytes, state * nbytes)
+    kv = kv_max if arch.kv_policy == "last_loop" else kv_apps
+    return OpCost(i, "mixer", mixer.kind, _static(mixer, d).params, c.apps[2 * i], proj, seq,
+                  kv * nbytes, state * nbytes)
 
 
-def _figures(arch: ArchSpec, loops: int | None, n: int, nbytes: int, weights) -> Figures:
-    d, c, scheduled = arch.model.width, counts(arch, loops), _scheduled(arch)
+def _figures(arch: ArchSpec, loops: int | None, n: int, nbytes: int, weights,
+             profiles: list[tuple[_Profile | None, _Profile]]) -> Figures:
+    """One pass over the layers at a loop count; same KV/state rules as
+    :func:`_general_mixer_row`, with every application of a mixer alike."""
+    c, layers = counts(arch, loops), arch.layers
+    kv_runs = arch.kv_policy != "last_loop"
     rows: list[OpCost] = []
-    for i, layer in enumerate(arch.layers):
-        rows.append(_mixer_row(arch, i, c, n, nbytes, weights, scheduled))
-        apps, p = c.apps[2 * i + 1], _profile(layer.ffn, d, n)
-        rows.append(OpCost(i, "ffn", layer.ffn.kind, p.params, apps, 2.0 * apps * p.active,
-                           0.0, 0, 0))
+    mixer = ffn = seq = 0.0
+    kv = state = 0
+    for i, (mp, fp) in enumerate(profiles):
+        apps = c.apps[2 * i]
+        if mp is None:
+            row = _general_mixer_row(arch, i, c, n, nbytes, weights)
+        else:
+            row = OpCost(i, "mixer", layers[i].mixer.kind, mp.params, apps, 2.0 * apps * mp.active,
+                         apps * mp.seq, mp.kv * (apps if kv_runs else 1) * nbytes, apps * mp.state * nbytes)
+        mixer, seq = mixer + row.projection_flops, seq + row.seq_mixing_flops
+        kv, state = kv + row.kv_cache_bytes, state + row.state_bytes
+        apps = c.apps[2 * i + 1]
+        rows += (row, OpCost(i, "ffn", layers[i].ffn.kind, fp.params, apps, 2.0 * apps * fp.active,
+                             0.0, 0, 0))
+        ffn += rows[-1].projection_flops
     extras = _extras(arch, c)
-    mixer = sum(r.projection_flops for r in rows[::2])
-    ffn = sum(r.projection_flops for r in rows[1::2])
-    return Figures(loops, ProjectionFlops(mixer, ffn, 2.0 * arch.model.vocab_size * d),
-                   sum(e.flops for e in extras), sum(r.seq_mixing_flops for r in rows),
-                   sum(r.kv_cache_bytes for r in rows), sum(r.state_bytes for r in rows),
-                   tuple(rows), extras)
+    return Figures(loops, ProjectionFlops(mixer, ffn, 2.0 * arch.model.vocab_size * arch.model.width),
+                   sum(e.flops for e in extras), seq, kv, state, tuple(rows), extras)
 
 
 def projection_flops(arch: ArchSpec, loops: int | None = None) -> ProjectionFlops:
@@ -795,12 +810,13 @@ def cost(arch: ArchSpec, seq_len: int = DEFAULT_SEQ_LEN, dtype: str = "bf16",
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype {dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
     nbytes, weights = DTYPE_BYTES[dtype], switch_weights(arch)
+    profiles = _layer_profiles(arch, seq_len)
     by_t: dict[tuple[int, ...], Figures] = {}
 
     def fig(k: int | None) -> Figures:
         ts = tuple(r.T if k is None else k for r in arch.loops)
         if ts not in by_t:
-            by_t[ts] = _figures(arch, k, seq_len, nbytes, weights)
+            by_t[ts] = _figures(arch, k, seq_len, nbytes, weights, profiles)
         return by_t[ts]._replace(loops=k)
 
     main = fig(None)

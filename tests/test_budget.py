@@ -1,0 +1,105 @@
+"""nas.budget: solve one size so a spec hits a parameter or projection-compute target."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nas import SpecError, load_spec, loads_arch, loads_spec
+from nas.budget import match_budget
+from nas.cost import projection_flops, unique_params
+from nas.spec import MatchSpec
+from spaces import arch_path
+
+TINY = """
+name: tiny_match
+model:
+  vocab_size: 256
+  width: 64
+  defaults:
+    attn: {num_heads: 4}
+    gdn: {num_heads: 2, head_dim: 32, expand_v: 1}
+    swiglu: {hidden_size: 128}
+num_layers: 4
+hybrid: {ratio: {attn: 1, gdn: 3}, placement: interleave}
+loop: {boundary: mixer, T: 3, update: {kind: residual_gate}}
+"""
+
+
+def source(name):
+    return load_spec(arch_path(name))
+
+
+def measure(arch, field):
+    return unique_params(arch) if field == "unique_params" else projection_flops(arch).total
+
+
+@pytest.mark.parametrize("vary", ["ffn_hidden", "width", "num_layers"])
+@pytest.mark.parametrize("field, target", [("unique_params", 25e6), ("projection_flops", 60e6)])
+def test_match_hits_target(vary, field, target):
+    match = MatchSpec(**{field: target}, vary=vary, tolerance=0.02)
+    arch = match_budget(source("mixerloop_15m"), match)
+    assert arch.is_canonical
+    assert abs(measure(arch, field) - target) / target <= 0.02
+
+
+def test_ffn_hidden_is_the_closest_size():
+    """Neighbouring hidden sizes are no closer to the target."""
+    target = 20e6
+    arch = match_budget(source("noloop_15m"), MatchSpec(unique_params=target, vary="ffn_hidden"))
+    h = arch.layers[0].ffn.hidden_size
+    assert all(l.ffn.hidden_size == h for l in arch.layers)
+    per_unit = 3 * arch.model.width * arch.L  # params per unit of hidden size
+    assert abs(unique_params(arch) - target) <= per_unit / 2
+
+
+@settings(max_examples=20, deadline=None)
+@given(target=st.floats(2e5, 2e6))
+def test_width_respects_divisibility(target):
+    """Attention heads must divide the width: only such widths are considered, and steps
+    of 4 around width 64-440 stay within 6% of any target."""
+    arch = loads_arch(TINY + f"match: {{unique_params: {target}, vary: width, tolerance: 0.06}}\n")
+    assert arch.model.width % 4 == 0
+    assert abs(unique_params(arch) - target) / target <= 0.06
+
+
+def test_yaml_match_block_lowers():
+    arch = loads_arch(TINY + "match: {unique_params: 400000, vary: num_layers, tolerance: 0.1}\n")
+    assert abs(unique_params(arch) - 4e5) / 4e5 <= 0.1
+    assert arch.match is None and len(arch.loops) == arch.L
+
+
+def test_moe_expert_hidden_is_resized():
+    arch = match_budget(source("tiny_moe_replay"), MatchSpec(unique_params=5e5, vary="ffn_hidden"))
+    hidden = {l.ffn.expert_hidden for l in arch.layers}
+    assert len(hidden) == 1 and hidden != {64}
+    assert abs(unique_params(arch) - 5e5) / 5e5 <= 0.01
+
+
+def test_unreachable_targets_name_the_field():
+    with pytest.raises(SpecError) as exc:
+        match_budget(source("noloop_15m"), MatchSpec(unique_params=1e6, vary="ffn_hidden"))
+    assert exc.value.problems[0].path == "match.unique_params"
+    assert "smallest" in str(exc.value)
+    with pytest.raises(SpecError) as exc:
+        match_budget(source("noloop_15m"), MatchSpec(projection_flops=1e30, vary="num_layers"))
+    assert exc.value.problems[0].path == "match.projection_flops"
+    assert "largest" in str(exc.value)
+
+
+def test_tolerance_miss_names_tolerance():
+    """Layers come in steps of ~1.1M params at 15M; 0.1% cannot be met between them."""
+    with pytest.raises(SpecError) as exc:
+        match_budget(source("noloop_15m"), MatchSpec(unique_params=18.2e6, vary="num_layers",
+                                                     tolerance=0.001))
+    assert exc.value.problems[0].path == "match.tolerance"
+
+
+def test_vary_needs_something_to_vary():
+    explicit = loads_arch(TINY)  # canonical: an explicit layers list
+    with pytest.raises(SpecError) as exc:
+        match_budget(explicit, MatchSpec(unique_params=1e6, vary="num_layers"))
+    assert exc.value.problems[0].path == "match.vary"
+    no_ffn = loads_spec(TINY.replace("hybrid:", "layer: {mixer: {kind: gdn}, ffn: {kind: none}}\nhybrid:"))
+    with pytest.raises(SpecError) as exc:
+        match_budget(no_ffn, MatchSpec(unique_params=1e6, vary="ffn_hidden"))
+    assert exc.value.problems[0].path == "match.vary"
