@@ -53,12 +53,16 @@ def suggest(word: str, options) -> str:
 
 
 def format_path(loc: tuple) -> str:
+    """``("layers", 3, "mixer")`` → ``layers[3].mixer``; a key that is not a plain word is
+    quoted (``model.defaults['my key']``) so a path never runs into the message."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
+        elif re.fullmatch(r"\w+", part):
             out += f".{part}" if out else part
+        else:
+            out += f"[{part!r}]"
     return out
 
 
@@ -269,6 +273,7 @@ def _merge_shallow(items: list[tuple[dict, _Walk]]) -> list[tuple[tuple, str]]:
 
 
 def from_validation_error(exc: ValidationError, root: type[BaseModel], prefix: tuple = ()) -> SpecError:
+    """The problems of ``exc`` (raised validating ``root``), paths under ``prefix``."""
     items = [(e, _walk(root, e["loc"])) for e in exc.errors()]
     items = _prune_branches(items)
     for e, w in items:
@@ -279,8 +284,11 @@ def from_validation_error(exc: ValidationError, root: type[BaseModel], prefix: t
     items = [(e, w) for e, w in items if not (e["type"] in ("too_short", "too_long") and any(
         len(p) > len(w.path) and p[:len(w.path)] == w.path for p in paths))]
     problems: list[Problem] = []
+    head = ".".join(prefix)  # already formatted, e.g. "layers[0].mixer"
     for path, text in _merge_shallow(items):
-        p = Problem(format_path(prefix + path), text)
+        tail = format_path(path)
+        full = f"{head}.{tail}" if head and tail and not tail.startswith("[") else head + tail
+        p = Problem(full, text)
         if p not in problems:
             problems.append(p)
     return SpecError(problems)

@@ -11,7 +11,7 @@ import typing
 
 from pydantic import TypeAdapter, ValidationError
 
-from .errors import Problem, SpecError, fail, from_validation_error, suggest
+from .errors import Problem, SpecError, fail, format_path, from_validation_error, suggest
 from .spec import (
     FFN_KINDS, MIXER_KINDS, ArchSpec, AttnSpec, DSASpec, FFNSpec, HybridSpec, IterOverride,
     LayerSpec, LoopRegion, LoopSugar, Mamba2Spec, MixerSpec, ModelSpec, MoESpec,
@@ -27,7 +27,7 @@ _COMPOSITE = ("parallel", "switch")
 
 def default_ffn_hidden(width: int) -> int:
     """fla ``GatedMLP``'s default: 2/3 · 4 · width, rounded up to a multiple of 256."""
-    hidden = int(width * 4 * 2 / 3)
+    hidden = width * 8 // 3  # int(width * 4 * 2 / 3), exact for any width
     return 256 * ((hidden + 255) // 256)
 
 
@@ -79,7 +79,7 @@ def _defaults_problems(model: ModelSpec) -> list[Problem]:
     whether or not a layer of that kind exists."""
     out: list[Problem] = []
     for key, values in model.defaults.items():
-        path = f"model.defaults.{key}"
+        path = format_path(("model", "defaults", key))
         if key not in _OPS:
             kinds = MIXER_KINDS + FFN_KINDS
             out.append(Problem(path, f"unknown op kind '{key}'; {suggest(key, kinds)}"
@@ -174,13 +174,14 @@ def _hybrid_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
         if len(hybrid.ratio) < 2:
             raise fail("hybrid.ratio", "placement 'random' switches between mixers; give at "
                        "least two names in the ratio")
-        options = tuple(_hybrid_mixer(n, hybrid, f"hybrid.ratio.{n}") for n in hybrid.ratio)
+        options = tuple(_hybrid_mixer(n, hybrid, format_path(("hybrid", "ratio", n)))
+                        for n in hybrid.ratio)
         return tuple(LayerSpec(mixer=SwitchSpec(options=options), ffn=ffn) for _ in range(L))
+    for n in hybrid.ratio:
+        _hybrid_mixer(n, hybrid, format_path(("hybrid", "ratio", n)))
     explicit = isinstance(hybrid.placement, tuple)
-    for n in dict.fromkeys(hybrid.ratio):
-        _hybrid_mixer(n, hybrid, f"hybrid.ratio.{n}")
     return tuple(LayerSpec(mixer=_hybrid_mixer(n, hybrid, f"hybrid.placement[{i}]" if explicit
-                                               else f"hybrid.ratio.{n}"), ffn=ffn)
+                                               else format_path(("hybrid", "ratio", n))), ffn=ffn)
                  for i, n in enumerate(placement(hybrid, L)))
 
 

@@ -21,8 +21,17 @@ def _divides(path: str, a: int, a_name: str, b: int, b_name: str) -> list[Proble
                           f"choose {a_name} dividing {b}")]
 
 
+def _product(n: int, factor: float) -> float:
+    try:
+        return n * factor
+    except OverflowError:  # an int beyond float range
+        return math.inf
+
+
 def _is_int(path: str, x: float, what: str) -> list[Problem]:
-    if math.isfinite(x) and abs(x - round(x)) < 1e-9:
+    if not math.isfinite(x):
+        return [Problem(path, f"{what} is too large; adjust the sizes")]
+    if abs(x - round(x)) < 1e-9:
         return []
     return [Problem(path, f"{what} = {x:g} is not an integer; adjust the sizes")]
 
@@ -35,12 +44,12 @@ def mixer_problems(m, width: int, path: str) -> list[Problem]:
                 for p in mixer_problems(b, width, f"{path}.{field}[{i}]")]
     out: list[Problem] = []
     if isinstance(m, (GDNSpec, KDASpec)):
-        out += _is_int(f"{path}.expand_v", m.head_dim * m.expand_v, "head_dim * expand_v")
+        out += _is_int(f"{path}.expand_v", _product(m.head_dim, m.expand_v), "head_dim * expand_v")
         if m.num_v_heads is not None:
             out += _divides(f"{path}.num_v_heads", m.num_heads, "num_heads", m.num_v_heads, "num_v_heads")
     if isinstance(m, DeltaNetSpec):
         for name, e in (("expand_k", m.expand_k), ("expand_v", m.expand_v)):
-            dim = width * e
+            dim = _product(width, e)
             out += _is_int(f"{path}.{name}", dim, f"width * {name}")
             if not out:
                 out += _divides(f"{path}.num_heads", m.num_heads, "num_heads", int(round(dim)),
