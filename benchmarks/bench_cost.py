@@ -8,8 +8,10 @@ excluded: a sweep prices canonical specs.
 
     python benchmarks/bench_cost.py [--n 2000] [--seed 0]
 
-Measured (2 shared CPU cores, one used; 2,000 specs, seed 0): cost() ≈ 9,000 specs/s,
-projection_flops() ≈ 40,000 specs/s.
+Measured on this project's dev box (2 shared cores at load ~6, one core used; 2,000 specs,
+a quarter elastic, 14 layers on average; seeds 0 and 1): cost() 7,100-9,000 specs/s of CPU
+time (2,000-4,100 specs/s wall, the other core's jobs competing); projection_flops()
+25,000-28,000 specs/s of CPU time.
 """
 from __future__ import annotations
 
