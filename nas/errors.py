@@ -228,8 +228,8 @@ def _describe(err: dict, w: _Walk) -> str:
         return f"should have {bound} {n} item{'s' * (n != 1)} (got {ctx['actual_length']})"
     if kind == "invalid_key":
         return f"field names must be text (got {_got(err['input'])})"
-    if kind in ("value_error", "assertion_error"):
-        return err["msg"].split(", ", 1)[1] if err["msg"].startswith(("Value error", "Assertion")) else err["msg"]
+    if kind in ("value_error", "assertion_error"):  # "Value error, <our message>"
+        return err["msg"].split(", ", 1)[-1]
     expected = _expected(err)
     what = f"should be {expected}" if expected else err["msg"]
     return f"{what} (got {_got(err['input'])}){_literal_hint(err)}"
@@ -272,8 +272,15 @@ def _merge_shallow(items: list[tuple[dict, _Walk]]) -> list[tuple[tuple, str]]:
     return out
 
 
+def _append(head: str, tail: str) -> str:
+    if not head or not tail:
+        return head + tail
+    return head + tail if tail.startswith("[") else f"{head}.{tail}"
+
+
 def from_validation_error(exc: ValidationError, root: type[BaseModel], prefix: tuple = ()) -> SpecError:
-    """The problems of ``exc`` (raised validating ``root``), paths under ``prefix``."""
+    """The problems of ``exc`` (raised validating ``root``), their paths under ``prefix``:
+    path pieces already formatted (``("layers[0].mixer",)``) or list indices."""
     items = [(e, _walk(root, e["loc"])) for e in exc.errors()]
     items = _prune_branches(items)
     for e, w in items:
@@ -283,12 +290,12 @@ def from_validation_error(exc: ValidationError, root: type[BaseModel], prefix: t
     paths = [w.path for _, w in items]
     items = [(e, w) for e, w in items if not (e["type"] in ("too_short", "too_long") and any(
         len(p) > len(w.path) and p[:len(w.path)] == w.path for p in paths))]
+    head = ""
+    for part in prefix:
+        head = _append(head, f"[{part}]" if isinstance(part, int) else part)
     problems: list[Problem] = []
-    head = ".".join(prefix)  # already formatted, e.g. "layers[0].mixer"
     for path, text in _merge_shallow(items):
-        tail = format_path(path)
-        full = f"{head}.{tail}" if head and tail and not tail.startswith("[") else head + tail
-        p = Problem(full, text)
+        p = Problem(_append(head, format_path(path)), text)
         if p not in problems:
             problems.append(p)
     return SpecError(problems)

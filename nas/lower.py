@@ -266,13 +266,15 @@ _ONLY_FOR = {"prelude": "elr", "recurrent": "elr", "coda": "elr", "select": "sel
 
 
 def _stray_fields(sugar: LoopSugar, path: str) -> list[Problem]:
-    """Fields the boundary would silently ignore."""
+    """Fields away from their defaults that the boundary would silently ignore."""
+    changed = [f for f, info in LoopSugar.model_fields.items() if f != "boundary"
+               and getattr(sugar, f) != info.get_default(call_default_factory=True)]
     if sugar.boundary == "none":
         return [Problem(f"{path}.{f}", "boundary 'none' loops nothing; remove this field or "
-                        "pick a boundary") for f in sorted(sugar.model_fields_set - {"boundary"})]
-    return [Problem(f"{path}.{f}", f"applies only to boundary '{b}', not "
-                    f"'{sugar.boundary}'; remove it or set boundary: {b}")
-            for f, b in _ONLY_FOR.items() if f in sugar.model_fields_set and sugar.boundary != b]
+                        "pick a boundary") for f in changed]
+    return [Problem(f"{path}.{f}", f"applies only to boundary '{_ONLY_FOR[f]}', not "
+                    f"'{sugar.boundary}'; remove it or set boundary: {_ONLY_FOR[f]}")
+            for f in changed if _ONLY_FOR.get(f, sugar.boundary) != sugar.boundary]
 
 
 def lower_loop(sugar: LoopSugar, layers, path: str = "loop") -> list[LoopRegion]:
