@@ -1,0 +1,257 @@
+"""Assemble a canonical spec into a causal LM and execute its plan.
+
+Parameter names (the cost model counts exactly these): ``embed``, ``layers.{i}.mixer_norm``,
+``layers.{i}.mixer``, ``layers.{i}.ffn_norm``, ``layers.{i}.ffn`` (both absent when the
+FFN kind is ``none``), ``norm``, ``lm_head`` (untied only), ``rho`` (the ρ shared by
+regions with a shared residual gate), ``loops.{r}.*`` (per-region extras).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nas.lower import ratio_counts
+from nas.plan import Loop, Node, Step, max_loops, plan
+from nas.spec import ArchSpec, MoESpec, NoFFNSpec, NormSpec, SwitchSpec
+
+from . import ops_registry  # noqa: F401  (registers every op builder)
+from .loops import LoopExtras
+from .registry import BuildCtx, build_op
+
+
+@dataclass
+class LMOutput:
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None      # ce_loss + aux_loss: what the trainer minimises
+    ce_loss: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None  # MoE load balance, weighted by each layer's coef
+
+
+def make_norm(spec: NormSpec, width: int) -> nn.Module:
+    if spec.kind == "layernorm":
+        return nn.LayerNorm(width, eps=spec.eps)
+    return nn.RMSNorm(width, eps=spec.eps)
+
+
+class Block(nn.Module):
+    """One physical layer: a pre-norm residual mixer and a pre-norm residual FFN."""
+
+    def __init__(self, layer, norm: NormSpec, ctx: BuildCtx):
+        super().__init__()
+        self.mixer_norm = make_norm(norm, ctx.width)
+        self.mixer = build_op(layer.mixer, ctx)
+        self.has_ffn = not isinstance(layer.ffn, NoFFNSpec)
+        self.is_moe = isinstance(layer.ffn, MoESpec)
+        if self.has_ffn:
+            self.ffn_norm = make_norm(norm, ctx.width)
+            self.ffn = build_op(layer.ffn, ctx)
+
+    def run_mixer(self, h: torch.Tensor, **overrides) -> torch.Tensor:
+        return h + self.mixer(self.mixer_norm(h), **overrides)
+
+    def run_ffn(self, h: torch.Tensor, routing=None) -> torch.Tensor:
+        if not self.has_ffn:
+            return h
+        x = self.ffn_norm(h)
+        return h + (self.ffn(x, routing=routing) if self.is_moe else self.ffn(x))
+
+
+class _Run:
+    """Per-forward state: current iteration of each enclosing loop, MoE routings to
+    replay, accumulated auxiliary loss, the sampled random-placement pattern."""
+
+    def __init__(self, pattern: list[int] | None):
+        self.iters: dict[int, int] = {}
+        self.replay: dict[tuple[int, int], object] = {}
+        self.aux: list[torch.Tensor] = []
+        self.pattern = pattern
+
+
+class LoopLM(nn.Module):
+    """A causal LM compiled from a canonical :class:`ArchSpec`.
+
+    ``forward(input_ids, labels=None, loops=None)``: ``labels`` are aligned with the
+    inputs (``labels[:, t]`` is the target of position ``t``; -100 is ignored), as the
+    proxy tasks produce them; ``loops=k`` runs every loop region ``k`` times.
+    """
+
+    def __init__(self, arch: ArchSpec, backend: Literal["torch", "fla"] = "torch"):
+        super().__init__()
+        assert arch.is_canonical, "build from a lowered spec (nas.lower / nas.load_arch)"
+        self.arch, self.backend = arch, backend
+        d, ctx = arch.model.width, BuildCtx(width=arch.model.width, backend=backend)
+        self.embed = nn.Embedding(arch.model.vocab_size, d)
+        self.layers = nn.ModuleList(Block(l, arch.model.norm, ctx) for l in arch.layers)
+        self.norm = make_norm(arch.model.norm, d)
+        if not arch.model.tie_embeddings:
+            self.lm_head = nn.Linear(d, arch.model.vocab_size, bias=False)
+        m = max_loops(arch)
+        if any(r.update.kind == "residual_gate" and r.update.shared for r in arch.loops):
+            self.rho = nn.Parameter(torch.zeros(m, d))
+        self.loops = nn.ModuleList(LoopExtras(r, d, m) for r in arch.loops)
+        self._plans: dict[int | None, tuple[Node, ...]] = {}
+        self.reset_parameters()
+
+    # ------------------------------------------------------------ init
+
+    def unrolled_depth(self) -> int:
+        """Sublayer applications in one forward pass at the spec's loop counts."""
+        from nas.plan import unroll
+        return sum(1 for _ in unroll(self.plan()))
+
+    def reset_parameters(self) -> None:
+        """GPT-2 style: linears and embeddings N(0, σ); output projections of residual
+        branches scaled by 1/√(unrolled depth), since a looped model adds each branch once
+        per application; op-specific parameters (A_log, dt_bias, convs, norms) keep the
+        initialisation of their layer; loop extras start at the identity."""
+        std = self.arch.model.init_std
+        out_std = std / math.sqrt(max(1, self.unrolled_depth()))
+        nn.init.normal_(self.embed.weight, std=std)
+        if hasattr(self, "lm_head"):
+            nn.init.normal_(self.lm_head.weight, std=std)
+        for block in self.layers:
+            for name, mod in block.named_modules():
+                if isinstance(mod, nn.Linear):
+                    last = name.rsplit(".", 1)[-1]
+                    is_out = last in ("o_proj", "out_proj", "down_proj", "proj")
+                    nn.init.normal_(mod.weight, std=out_std if is_out else std)
+                    if mod.bias is not None:
+                        nn.init.zeros_(mod.bias)
+        if hasattr(self, "rho"):
+            nn.init.zeros_(self.rho)
+        for extras in self.loops:
+            extras.reset_parameters()
+
+    # ------------------------------------------------------------ execution
+
+    def plan(self, loops: int | None = None) -> tuple[Node, ...]:
+        if loops not in self._plans:
+            self._plans[loops] = plan(self.arch, loops)
+        return self._plans[loops]
+
+    def _overrides(self, layer: int, run: _Run) -> dict:
+        out: dict = {}
+        for r_idx, t in run.iters.items():
+            for o in self.arch.loops[r_idx].schedule:
+                if o.layer == layer and o.iteration == t:
+                    if o.window is not None:
+                        out["window"] = o.window  # "full" lifts the layer's own window
+                    if o.topk is not None:
+                        out["topk"] = o.topk
+        return out
+
+    def _step(self, addr, h: torch.Tensor, run: _Run) -> torch.Tensor:
+        block = self.layers[addr.layer]
+        if addr.op == "mixer":
+            kw = self._overrides(addr.layer, run)
+            if run.pattern is not None and isinstance(self.arch.layers[addr.layer].mixer, SwitchSpec):
+                kw["option"] = run.pattern[addr.layer]
+            h = block.run_mixer(h, **kw)
+            aux = getattr(block.mixer, "aux_loss", None)  # DSA's indexer distillation loss
+            if self.training and isinstance(aux, torch.Tensor) and aux.requires_grad:
+                run.aux.append(aux)
+            return h
+        if not block.is_moe:
+            return block.run_ffn(h)
+        replay_key = next(((r, addr.layer) for r, t in run.iters.items()
+                           if self.arch.loops[r].routing_replay and t > 0), None)
+        routing = run.replay.get(replay_key) if replay_key else None
+        h = block.run_ffn(h, routing=routing)
+        for r, t in run.iters.items():
+            if self.arch.loops[r].routing_replay and t == 0:
+                run.replay[(r, addr.layer)] = block.ffn.last_routing
+        if routing is None:
+            run.aux.append(block.ffn.aux_loss * self.arch.layers[addr.layer].ffn.aux_loss_coef)
+        return h
+
+    def _loop(self, node: Loop, h: torch.Tensor, run: _Run) -> torch.Tensor:
+        extras, e = self.loops[node.index], h
+        rho = getattr(self, "rho", None)
+        for t in range(node.T):
+            run.iters[node.index] = t
+            out = self._run(node.body, extras.enter(h, e, t, node.T), run)
+            h = extras.update(h, out, t, rho)
+        del run.iters[node.index]
+        return h
+
+    def _run(self, nodes: tuple[Node, ...], h: torch.Tensor, run: _Run) -> torch.Tensor:
+        for node in nodes:
+            h = self._step(node.addr, h, run) if isinstance(node, Step) else self._loop(node, h, run)
+        return h
+
+    def _pattern(self) -> list[int] | None:
+        """A random-placement pattern: option index per layer at the hybrid ratio."""
+        rp = self.arch.random_placement
+        if rp is None:
+            return None
+        counts = ratio_counts(rp.ratio, len(self.layers))
+        names = [n for n, c in counts.items() for _ in range(c)]
+        perm = torch.randperm(len(names)).tolist()
+        order = list(rp.ratio)
+        return [order.index(names[i]) for i in perm]
+
+    def hidden(self, input_ids: torch.Tensor, loops: int | None = None,
+               pattern: list[int] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        run = _Run(pattern)
+        h = self._run(self.plan(loops), self.embed(input_ids), run)
+        return self.norm(h), run.aux
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        weight = self.lm_head.weight if hasattr(self, "lm_head") else self.embed.weight
+        return F.linear(h, weight)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
+                loops: int | None = None) -> LMOutput:
+        rp = self.arch.random_placement
+        if rp is not None and not self.training:
+            logits, aux = self._vote(input_ids, loops, rp.eval_samples)
+        else:
+            h, aux = self.hidden(input_ids, loops, self._pattern())
+            logits = self.head(h)
+        aux_loss = torch.stack(aux).sum() if aux else None
+        if labels is None:
+            return LMOutput(logits=logits, aux_loss=aux_loss)
+        ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        loss = ce + aux_loss if aux_loss is not None else ce
+        return LMOutput(logits=logits, loss=loss, ce_loss=ce, aux_loss=aux_loss)
+
+    def _vote(self, input_ids, loops, samples: int):
+        """LT2's random placement at evaluation: average the predictive distributions of
+        ``samples`` sampled patterns (returned as log-probabilities)."""
+        probs, aux = 0.0, []
+        for _ in range(samples):
+            h, a = self.hidden(input_ids, loops, self._pattern())
+            probs = probs + torch.softmax(self.head(h).float(), dim=-1) / samples
+            aux += a
+        return torch.log(probs.clamp_min(1e-30)), aux
+
+
+def resolve_backend(backend: str, device) -> Literal["torch", "fla"]:
+    """``auto`` → ``fla`` when the model lives on CUDA (fla's Triton kernels need it)."""
+    if backend not in ("auto", "torch", "fla"):
+        raise ValueError(f"backend must be 'auto', 'torch' or 'fla' (got {backend!r})")
+    if backend != "auto":
+        return backend
+    return "fla" if device is not None and torch.device(device).type == "cuda" else "torch"
+
+
+def build_model(spec: ArchSpec, backend: str = "auto", device=None, dtype=None) -> LoopLM:
+    """Compile a spec (source or canonical) into a :class:`LoopLM`."""
+    from nas.load import resolve
+
+    arch = spec if spec.is_canonical else resolve(spec)
+    be = resolve_backend(backend, device)
+    if device is not None and torch.device(device).type == "meta":
+        with torch.device("meta"):
+            model = LoopLM(arch, be)
+    else:
+        model = LoopLM(arch, be)
+    return model.to(device=device, dtype=dtype) if (device or dtype) else model
+
+
+__all__ = ["LoopLM", "LMOutput", "Block", "build_model", "resolve_backend"]

@@ -1,0 +1,132 @@
+"""Every op spec type mapped to its module builder.
+
+A spec's fields carry fla's constructor names where fla has the layer, so each builder
+is a small field → kwarg mapping. The ``fla`` backend returns fla's own layer (same
+parameter names), the ``torch`` backend the pure-PyTorch twin.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from nas.spec import (
+    AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, Mamba2Spec, MoESpec, NSASpec,
+    ParallelSpec, SwiGLUSpec, SwitchSpec,
+)
+
+from .layers import attention as attn_layers
+from .layers import ffn as ffn_layers
+from .layers import linear_mixers
+from .registry import BuildCtx, build_op, register
+
+
+def _fields(spec, *drop: str) -> dict:
+    return spec.model_dump(exclude={"kind", *drop})
+
+
+def _linear(kind: str, kwargs: dict, ctx: BuildCtx) -> nn.Module:
+    kwargs = {"hidden_size": ctx.width, **kwargs}
+    if ctx.backend == "fla":
+        return linear_mixers.make_fla(kind, **kwargs)
+    return linear_mixers.TORCH_LAYERS[kind](**kwargs)
+
+
+@register(GDNSpec)
+def _gdn(spec: GDNSpec, ctx: BuildCtx) -> nn.Module:
+    return _linear("gdn", _fields(spec), ctx)
+
+
+@register(DeltaNetSpec)
+def _deltanet(spec: DeltaNetSpec, ctx: BuildCtx) -> nn.Module:
+    return _linear("deltanet", _fields(spec), ctx)
+
+
+@register(KDASpec)
+def _kda(spec: KDASpec, ctx: BuildCtx) -> nn.Module:
+    return _linear("kda", _fields(spec), ctx)
+
+
+@register(Mamba2Spec)
+def _mamba2(spec: Mamba2Spec, ctx: BuildCtx) -> nn.Module:
+    return _linear("mamba2", _fields(spec), ctx)
+
+
+def _attn_kwargs(spec, ctx: BuildCtx) -> dict:
+    return dict(hidden_size=ctx.width, num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
+                qkv_bias=spec.qkv_bias, qk_norm=spec.qk_norm, rope_theta=spec.rope_theta)
+
+
+@register(AttnSpec)
+def _attn(spec: AttnSpec, ctx: BuildCtx) -> nn.Module:
+    kw = {**_attn_kwargs(spec, ctx), "window_size": spec.window, "head_dim": spec.head_dim,
+          "output_gate": spec.output_gate}
+    # make_fla falls back to the torch layer for options fla lacks (output gate, head_dim)
+    if ctx.backend == "fla":
+        return attn_layers.make_fla("attn", **kw)
+    return attn_layers.Attention(**kw)
+
+
+@register(DSASpec)
+def _dsa(spec: DSASpec, ctx: BuildCtx) -> nn.Module:
+    kw = {**_attn_kwargs(spec, ctx), "head_dim": spec.head_dim, "index_heads": spec.index_heads,
+          "index_head_dim": spec.index_head_dim, "topk": spec.topk, "output_gate": spec.output_gate}
+    return attn_layers.DeepSeekSparseAttention(**kw)
+
+
+@register(NSASpec)
+def _nsa(spec: NSASpec, ctx: BuildCtx) -> nn.Module:
+    kw = dict(hidden_size=ctx.width, num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
+              head_dim=spec.head_dim, qkv_bias=spec.qkv_bias, block_size=spec.block_size,
+              block_counts=spec.block_counts, window_size=spec.window, rope_theta=spec.rope_theta)
+    if ctx.backend == "fla":
+        return attn_layers.make_fla("nsa", **kw)
+    return attn_layers.NativeSparseAttention(**kw)
+
+
+@register(SwiGLUSpec)
+def _swiglu(spec: SwiGLUSpec, ctx: BuildCtx) -> nn.Module:
+    return ffn_layers.SwiGLU(ctx.width, intermediate_size=spec.hidden_size)
+
+
+@register(MoESpec)
+def _moe(spec: MoESpec, ctx: BuildCtx) -> nn.Module:
+    return ffn_layers.MoE(ctx.width, num_experts=spec.num_experts, top_k=spec.top_k,
+                          expert_hidden=spec.expert_hidden,
+                          shared_expert_hidden=spec.shared_expert_hidden)
+
+
+class Parallel(nn.Module):
+    """Branches on the same input, combined by mean, sum, or concat + linear ``proj``."""
+
+    def __init__(self, spec: ParallelSpec, ctx: BuildCtx):
+        super().__init__()
+        self.combine = spec.combine
+        self.branches = nn.ModuleList(build_op(b, ctx) for b in spec.branches)
+        self._takes_window = [isinstance(b, (AttnSpec, NSASpec)) for b in spec.branches]
+        if spec.combine == "concat":
+            self.proj = nn.Linear(len(spec.branches) * ctx.width, ctx.width, bias=False)
+
+    def forward(self, x: torch.Tensor, **overrides) -> torch.Tensor:  # (B, T, D)
+        outs = [b(x, **overrides) if takes else b(x)
+                for b, takes in zip(self.branches, self._takes_window)]
+        if self.combine == "concat":
+            return self.proj(torch.cat(outs, dim=-1))
+        total = torch.stack(outs).sum(0)
+        return total / len(outs) if self.combine == "mean" else total
+
+
+class Switch(nn.Module):
+    """Holds every option's weights and runs the one the placement sampler picked."""
+
+    def __init__(self, spec: SwitchSpec, ctx: BuildCtx):
+        super().__init__()
+        self.options = nn.ModuleList(build_op(o, ctx) for o in spec.options)
+
+    def forward(self, x: torch.Tensor, option: int = 0, **overrides) -> torch.Tensor:
+        return self.options[option](x, **overrides)
+
+
+register(ParallelSpec)(Parallel)
+register(SwitchSpec)(Switch)
+
+__all__ = ["Parallel", "Switch"]
