@@ -35,14 +35,27 @@ class _Loader(yaml.SafeLoader):
 _KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
 
+def _at(mark) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """``line 4, column 1: found unexpected end of stream (while scanning a quoted scalar
+    from line 2, column 7)``: where the parser stopped, and what it was in the middle of."""
+    mark, context = getattr(exc, "problem_mark", None), getattr(exc, "context", None)
+    what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    text = f"{_at(mark)}: {what}" if mark else what
+    start = getattr(exc, "context_mark", None)
+    if context and start and (mark is None or start.line != mark.line):
+        text += f" ({context} from {_at(start)})"
+    return text
+
+
 def parse_yaml(text: str, source: str | None = None) -> dict[str, Any]:
     try:
         data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError([Problem("", f"malformed YAML: {where}{what}")], source) from None
+        raise SpecError([Problem("", f"malformed YAML: {_yaml_problem(exc)}")], source) from None
     except ValueError as exc:  # a date-like scalar that is not a date (2024-13-01)
         raise SpecError([Problem("", f"malformed YAML: {exc}")], source) from None
     except RecursionError:
