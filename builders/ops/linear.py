@@ -19,6 +19,8 @@ number (masked entries become ``-inf``), so strong decays cannot overflow.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 
@@ -43,20 +45,20 @@ def _from_chunks(x: torch.Tensor, T: int) -> torch.Tensor:
     return x.movedim(1, 3).flatten(1, 2)[:, :T]
 
 
-def _causal_mask(C: int, strict: bool, device: torch.device) -> torch.Tensor:
-    return torch.ones(C, C, dtype=torch.bool, device=device).tril(-1 if strict else 0)
+def _causal_mask(C: int, device: torch.device) -> torch.Tensor:
+    return torch.ones(C, C, dtype=torch.bool, device=device).tril()
 
 
-def _scalar_decayed_gram(a: torch.Tensor, b: torch.Tensor, G: torch.Tensor, strict: bool) -> torch.Tensor:
-    """``(a_i . b_j) exp(G_i - G_j)`` for ``j <= i`` (``j < i`` if strict), else 0; G: (..., C, 1)."""
+def _scalar_decayed_grams(G: torch.Tensor, b: torch.Tensor, *a_list: torch.Tensor) -> list[torch.Tensor]:
+    """``(a_i . b_j) exp(G_i - G_j)`` for ``j <= i``, else 0, for each ``a``; G: (..., C, 1)."""
     G = G[..., 0]  # (..., C)
-    mask = _causal_mask(G.shape[-1], strict, G.device)
+    mask = _causal_mask(G.shape[-1], G.device)
     decay = (G[..., :, None] - G[..., None, :]).masked_fill(~mask, -torch.inf).exp()  # (..., C, C)
-    return (a @ b.mT) * decay
+    return [(a @ b.mT) * decay for a in a_list]
 
 
-def _channel_decayed_gram(a: torch.Tensor, b: torch.Tensor, G: torch.Tensor, strict: bool) -> torch.Tensor:
-    """``sum_d a_id b_jd exp(G_id - G_jd)`` for ``j <= i`` (``j < i`` if strict), else 0; G: (..., C, K).
+def _channel_decayed_grams(G: torch.Tensor, b: torch.Tensor, *a_list: torch.Tensor) -> list[torch.Tensor]:
+    """``sum_d a_id b_jd exp(G_id - G_jd)`` for ``j <= i``, else 0, for each ``a``; G: (..., C, K).
 
     ``exp(G_i - G_j) = exp(G_i - G_r) exp(G_r - G_j)`` with ``r`` the start of i's sub-chunk
     keeps both factors <= 1 for every earlier sub-chunk; pairs inside one sub-chunk are
@@ -65,24 +67,30 @@ def _channel_decayed_gram(a: torch.Tensor, b: torch.Tensor, G: torch.Tensor, str
     C = G.shape[-2]
     s = next(d for d in range(min(_SUB_CHUNK, C), 0, -1) if C % d == 0)
     ns = C // s
-    a_s, b_s, G_s = (x.unflatten(-2, (ns, s)) for x in (a, b, G))  # (..., ns, s, K)
+    b_s, G_s = b.unflatten(-2, (ns, s)), G.unflatten(-2, (ns, s))  # (..., ns, s, K)
     G_ref = G_s[..., :1, :]  # (..., ns, 1, K)
     start = torch.arange(ns, device=G.device) * s
     earlier = torch.arange(C, device=G.device)[None, :] < start[:, None]  # (ns, C)
     b_out = b[..., None, :, :] * (G_ref - G[..., None, :, :]).masked_fill(~earlier[..., None], -torch.inf).exp()
-    off = (a_s * (G_s - G_ref).exp()) @ b_out.mT  # (..., ns, s, C)
-    mask = _causal_mask(s, strict, G.device)[..., None]  # (s, s, 1)
+    a_decay = (G_s - G_ref).exp()  # (..., ns, s, K)
+    mask = _causal_mask(s, G.device)[..., None]  # (s, s, 1)
     decay = (G_s[..., :, None, :] - G_s[..., None, :, :]).masked_fill(~mask, -torch.inf).exp()  # (..., ns, s, s, K)
-    diag = torch.einsum("...ik,...jk,...ijk->...ij", a_s, b_s, decay)  # (..., ns, s, s)
-    eye = torch.eye(ns, dtype=diag.dtype, device=G.device)[:, None, :, None]  # (ns, 1, ns, 1)
-    full = off.unflatten(-1, (ns, s)) + eye * diag[..., :, :, None, :]  # (..., ns, s, ns, s)
-    return full.flatten(-2).flatten(-3, -2)
+    eye = torch.eye(ns, dtype=G.dtype, device=G.device)[:, None, :, None]  # (ns, 1, ns, 1)
+    grams = []
+    for a in a_list:
+        a_s = a.unflatten(-2, (ns, s))
+        off = (a_s * a_decay) @ b_out.mT  # (..., ns, s, C)
+        diag = torch.einsum("...ik,...jk,...ijk->...ij", a_s, b_s, decay)  # (..., ns, s, s)
+        full = off.unflatten(-1, (ns, s)) + eye * diag[..., :, :, None, :]  # (..., ns, s, ns, s)
+        grams.append(full.flatten(-2).flatten(-3, -2))
+    return grams
 
 
-def _decayed_gram(a: torch.Tensor, b: torch.Tensor, G: torch.Tensor, strict: bool) -> torch.Tensor:
+def _decayed_grams(G: torch.Tensor, b: torch.Tensor, *a_list: torch.Tensor) -> list[torch.Tensor]:
+    """Causal (diagonal included) decayed Gram matrices ``(..., C, C)`` of each ``a`` against ``b``."""
     if G.shape[-1] == 1:
-        return _scalar_decayed_gram(a, b, G, strict)
-    return _channel_decayed_gram(a, b, G, strict)
+        return _scalar_decayed_grams(G, b, *a_list)
+    return _channel_decayed_grams(G, b, *a_list)
 
 
 def _chunk_scan(
@@ -100,10 +108,12 @@ def _chunk_scan(
     decay_out (B, H, N, K|1, 1); S (B, H, K, V). Chunk values are ``u = U - W S``.
     """
     outs = []
-    for n in range(A_qk.shape[2]):
-        u = U[:, :, n] if W is None else U[:, :, n] - W[:, :, n] @ S  # (B, H, C, V)
-        outs.append(q_in[:, :, n] @ S + A_qk[:, :, n] @ u)
-        S = decay_out[:, :, n] * S + k_out[:, :, n].mT @ u
+    ws = itertools.repeat(None) if W is None else W.unbind(2)
+    # unbind, not indexing: its backward is one stack instead of a zero-filled copy per chunk.
+    for a, q, k, d, u, w in zip(*(t.unbind(2) for t in (A_qk, q_in, k_out, decay_out, U)), ws):
+        u = u if w is None else u - w @ S  # (B, H, C, V)
+        outs.append(q @ S + a @ u)
+        S = d * S + k.mT @ u
     return torch.stack(outs, dim=2), S
 
 
@@ -119,8 +129,8 @@ def _prepare_qk(q, k, HV, use_qk_l2norm):
         raise ValueError(f"value heads ({HV}) must be a multiple of q/k heads ({q.shape[2]})")
     if use_qk_l2norm:
         q, k = l2_norm(q), l2_norm(k)
-    G = HV // q.shape[2]
-    return q.repeat_interleave(G, dim=2), k.repeat_interleave(G, dim=2)
+    group = HV // q.shape[2]
+    return q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
 
 
 def _chunk_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm, chunk_size):
@@ -134,13 +144,13 @@ def _chunk_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use
     b = beta[..., None]  # (B, HV, N, C, 1)
     G = g.cumsum(-2)  # (B, HV, N, C, K|1)
     G_end = G[..., -1:, :]  # (B, HV, N, 1, K|1)
-    A_qk = scale * _decayed_gram(q, k, G, strict=False)  # (B, HV, N, C, C)
-    A_kk = b * _decayed_gram(k, k, G, strict=True)
+    qk, kk = _decayed_grams(G, k, q, k)  # (B, HV, N, C, C)
+    A_kk = b * kk.tril(-1)
     # unitriangular=True reads only the strict lower part: this solves (I + A_kk) X = rhs.
     UW = torch.linalg.solve_triangular(A_kk, torch.cat([b * v, b * G.exp() * k], -1), upper=False, unitriangular=True)
     U, W = UW.split([V, K], dim=-1)
     S0 = _initial_state(initial_state, (B, HV, K, V), v)
-    o, S = _chunk_scan(A_qk, scale * q * G.exp(), k * (G_end - G).exp(), G_end.exp().mT, U, W, S0)
+    o, S = _chunk_scan(scale * qk, scale * q * G.exp(), k * (G_end - G).exp(), G_end.exp().mT, U, W, S0)
     return _from_chunks(o, T).to(out_dtype), S if output_final_state else None
 
 
@@ -244,7 +254,7 @@ def chunk_ssd(
     q, k, v, g = (_to_chunks(t, chunk_size) for t in (C.to(dtype), B.to(dtype), v, g[..., None]))
     G = g.cumsum(-2)  # (B, H, N, C, 1)
     G_end = G[..., -1:, :]
-    A_qk = _scalar_decayed_gram(q, k, G, strict=False)
+    (A_qk,) = _scalar_decayed_grams(G, k, q)
     S0 = _initial_state(initial_state, (batch, H, P, B.shape[-1]), v).mT  # (B, H, N_state, P)
     y, S = _chunk_scan(A_qk, q * G.exp(), k * (G_end - G).exp(), G_end.exp().mT, v, None, S0)
     y = _from_chunks(y, T)
