@@ -1,5 +1,8 @@
 """Specs, lowering, validation, execution plans, graphs and costs. Never imports torch."""
+from .budget import match_budget
+from .cost import CostSheet, projection_flops, unique_params
 from .errors import Problem, SpecError
+from .graph import folded_graph, graph_problems, to_dot, to_mermaid, unrolled_graph
 from .load import dump_yaml, load_arch, load_spec, loads_arch, loads_spec, resolve
 from .lower import lower
 from .plan import applications, max_loops, plan, unroll
@@ -8,6 +11,7 @@ from .spec import (
     LoopRegion, LoopSugar, Mamba2Spec, ModelSpec, MoESpec, NoFFNSpec, NSASpec, OpAddr,
     ParallelSpec, SwiGLUSpec, SwitchSpec,
 )
+from .twin import unrolled_twin
 from .validate import validate
 
 __all__ = [
@@ -15,5 +19,7 @@ __all__ = [
     "LayerSpec", "LoopRegion", "LoopSugar", "Mamba2Spec", "ModelSpec", "MoESpec", "NoFFNSpec",
     "NSASpec", "OpAddr", "ParallelSpec", "SwiGLUSpec", "SwitchSpec", "Problem", "SpecError",
     "applications", "dump_yaml", "load_arch", "load_spec", "loads_arch", "loads_spec", "lower",
-    "max_loops", "plan", "resolve", "unroll", "validate",
+    "max_loops", "plan", "resolve", "unroll", "validate", "CostSheet", "projection_flops",
+    "unique_params", "match_budget", "folded_graph", "graph_problems", "to_dot", "to_mermaid",
+    "unrolled_graph", "unrolled_twin",
 ]
