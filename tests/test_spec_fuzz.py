@@ -10,17 +10,21 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pydantic import BaseModel
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from nas.spec import MIXER_KINDS, ArchSpec
 from runners.cli import main
 from spaces import ARCHS
 
-def _models(cls, seen=None) -> set:
+
+def _args(tp) -> list:
+    return [a for arg in typing.get_args(tp) for a in (arg, *_args(arg))]
+
+
+def _models(cls, seen: set) -> set:
     """Every spec model reachable from ``cls``."""
-    seen = set() if seen is None else seen
     if isinstance(cls, type) and issubclass(cls, BaseModel) and cls not in seen:
         seen.add(cls)
         for f in cls.model_fields.values():
@@ -29,28 +33,25 @@ def _models(cls, seen=None) -> set:
     return seen
 
 
-def _args(tp) -> list:
-    return [a for arg in typing.get_args(tp) for a in (arg, *_args(arg))]
-
-
 SHIPPED = {p.stem: yaml.safe_load(p.read_text()) for p in sorted(ARCHS.glob("*.yaml"))}
 KINDS = list(MIXER_KINDS) + ["swiglu", "moe", "none", "plain", "residual_gate", "gated_step",
                              "reinject", "rmsnorm", "layernorm", "bogus"]
 WORDS = KINDS + ["full", "block", "mixer", "ffn", "elr", "selective", "span", "interleave",
                  "random", "index_budget", "last_loop"]
+FIELDS = sorted({f for m in _models(ArchSpec, set()) for f in m.model_fields})
 KEY = r"""\[(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\]"""  # a quoted key: ['a b']
 PATH = rf"(?:\w+|{KEY})(?:\[\d+\]|\.\w+|{KEY})*"
 WHOLE_FILE = ("malformed YAML", "the spec must be a YAML mapping", "not UTF-8 text")
 FAST = settings(derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
-FIELDS = sorted({f for m in _models(ArchSpec) for f in m.model_fields})
-names = st.one_of(st.from_regex(r"[a-z_][a-z0-9_]{0,9}", fullmatch=True), st.sampled_from(FIELDS + WORDS))
+# keys: random words, or real field names and kinds (which reach deeper checks)
+names = st.one_of(st.from_regex(r"[a-z_][a-z0-9_]{0,9}", fullmatch=True),
+                  st.sampled_from(FIELDS + WORDS))
 scalars = st.one_of(
     st.integers(0, 8), st.sampled_from(WORDS),  # plausible values reach lowering and checks
-    st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(),
+    st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(), st.text(max_size=12),
     st.sampled_from([0, -1, -(2**31), 2**63, 10**400, 1e300, 0.5, float("inf")]),
-    st.text(max_size=12), st.sampled_from(WORDS),
 )
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                       | st.dictionaries(names, inner, max_size=4), max_leaves=8)
