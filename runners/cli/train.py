@@ -1,0 +1,132 @@
+"""``loopnas train SPEC --task TASK``: train a proxy and print its quality."""
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.table import Table
+
+from . import app
+from .common import JsonOpt, OutOpt, SpecArg, UsageError, console, load
+
+TaskOpt = Annotated[str, typer.Option("--task", help="Proxy task: mqar, state_tracking, s5, lm.")]
+StepsOpt = Annotated[int | None, typer.Option("--steps", help="Optimizer steps (default 200 without --tokens).")]
+TokensOpt = Annotated[int | None, typer.Option("--tokens", help="Token budget instead of --steps.")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="key=value (YAML value): a trainer field (lr=1e-3, curriculum.stage_steps=200) "
+                  "or a task parameter (task.num_kv_pairs=8). Repeatable.")]
+
+
+def parse_sets(pairs: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``key=value`` pairs → (trainer fields, task parameters); dotted keys nest."""
+    fields: dict[str, Any] = {}
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {pair!r}: expected key=value")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise UsageError(f"--set {pair!r}: the value is not valid YAML") from None
+        head, *rest = key.split(".")
+        target, path = (params, rest) if head == "task" and rest else (fields, [head, *rest])
+        for part in path[:-1]:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise UsageError(f"--set {pair!r}: {part} is already set to a value")
+        target[path[-1]] = value
+    return fields, params
+
+
+def make_config(task: str, steps: int | None, tokens: int | None, seed: int, sets: list[str]):
+    from pydantic import ValidationError
+
+    from runners.tasks import task_names
+    from runners.train import TrainConfig
+
+    if task not in task_names():
+        raise UsageError(f"unknown task {task!r}; known tasks: {', '.join(task_names())}")
+    fields, params = parse_sets(sets)
+    if steps is None and tokens is None and "curriculum" not in fields:
+        steps = 200
+    data = {"task": task, "steps": steps, "tokens": tokens, "seed": seed,
+            "task_params": params, **fields}
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise UsageError(f"{where + ': ' if where else ''}{err['msg']}") from None
+
+
+def check_task(config) -> None:
+    """Build the task once, so a bad task parameter is a usage error, not a traceback."""
+    from runners.tasks import Curriculum, make_task
+
+    try:
+        if config.curriculum is not None:
+            Curriculum(config.curriculum.stages, config.curriculum.threshold).task(**config.task_params)
+        else:
+            make_task(config.task, **config.task_params)
+    except (TypeError, ValueError, FileNotFoundError) as exc:
+        raise UsageError(f"task {config.task!r}: {exc}") from None
+
+
+def report(result) -> Table:
+    table = Table(title=f"{result.arch.name} on {result.task}: {result.status}"
+                        + (f" ({result.reason})" if result.reason else ""))
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [("steps", result.steps), ("tokens", result.tokens), ("params", result.params)]
+    if result.quality_metric not in result.final:
+        rows.append((result.quality_metric, result.quality))
+    rows += result.final.items()
+    if result.curriculum:
+        rows += [(f"acc @ n={n}", acc) for n, acc in result.curriculum["stage_acc"].items()]
+    rows += [(f"k={p.k}: {result.quality_metric} / FLOPs per token", f"{p.quality:.4f} / {p.compute:.4g}")
+             for p in result.elastic]
+    rows.append(("wall time (s)", result.wall_time))
+    for name, value in rows:
+        table.add_row(str(name), f"{value:.4f}" if isinstance(value, float) else str(value))
+    return table
+
+
+@app.command("train")
+def train_cmd(
+    spec: SpecArg,
+    task: TaskOpt,
+    steps: StepsOpt = None,
+    tokens: TokensOpt = None,
+    out: OutOpt = None,
+    as_json: JsonOpt = False,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
+    sets: SetOpt = None,
+) -> None:
+    """Train a proxy of SPEC on a task and report its quality.
+
+    Examples:
+      loopnas train tiny_noloop --task mqar --steps 300 --set task.vocab_size=32 --set task.seq_len=32
+      loopnas train tiny_mixerloop --task state_tracking --set curriculum.stage_steps=300 --json
+      loopnas train tiny_elr --task lm --set task.data_files=corpus.txt --tokens 200000 --out runs/elr
+    """
+    if steps is not None and tokens is not None:
+        raise UsageError("give --steps or --tokens, not both")
+    arch = load(spec)
+    config = make_config(task, steps, tokens, seed, sets or [])
+    check_task(config)
+
+    import torch
+
+    from runners.train import train
+
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"device {config.device!r} requested but CUDA is not available")
+    result = train(arch, config, out_dir=out)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        console.print(report(result))
+    if result.status == "failed":
+        raise typer.Exit(1)

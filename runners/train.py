@@ -1,0 +1,359 @@
+"""The proxy trainer: an architecture and a config in, quality numbers out.
+
+:func:`train` is one top-to-bottom loop in the manner of nanoGPT's ``train.py``: build the
+task and the model, then for every optimizer step sample micro-batches, run forward and
+backward (elastic depth splits each micro-batch across loop counts), clip, step,
+evaluate on fixed eval batches, checkpoint. A state-tracking curriculum moves to the next
+stage when eval accuracy reaches its threshold and ends the run when a stage's step
+budget runs out. A non-finite loss ends the run with a failed result, never an exception.
+
+On CPU a run is deterministic: the same spec, config and seed give the same losses, and a
+run resumed from a checkpoint continues bit for bit (torch's RNG, the data generator and
+the loop-count sampler are all restored; evaluation runs under a forked RNG, so it never
+perturbs training).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from tqdm.auto import tqdm
+
+from builders.model import build_model
+from nas.load import resolve
+from nas.spec import ArchSpec
+from runners.elastic import loop_groups, projection_compute, train_dist
+from runners.tasks import CURRICULUM_STAGES, Curriculum, Task, make_task
+
+Callback = Callable[[int, dict[str, float]], "bool | None"]
+CHECKPOINT = "checkpoint.pt"
+_LOOP_SEED_SALT = 0x5EED_100B  # the loop-count sampler's stream differs from the data's
+
+
+class CurriculumConfig(BaseModel):
+    """LT2's curriculum: stages ``n = m``; each stage gets ``stage_steps`` optimizer steps
+    (and its own warmup + cosine schedule) to reach ``threshold`` eval accuracy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stages: tuple[PositiveInt, ...] = CURRICULUM_STAGES
+    threshold: float = Field(0.90, gt=0, le=1)
+    stage_steps: PositiveInt = 500
+
+
+class TrainConfig(BaseModel):
+    """Everything a proxy run needs besides the architecture."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: str = "mqar"
+    task_params: dict[str, Any] = Field(default_factory=dict)
+    steps: PositiveInt | None = Field(None, description="optimizer steps; with a curriculum, a cap on the "
+                                      "whole run (default: every stage's budget)")
+    tokens: PositiveInt | None = Field(None, description="token budget: steps = ceil(tokens / tokens per step)")
+    batch_size: PositiveInt = 32
+    grad_accum: PositiveInt = 1
+    lr: float = Field(3e-3, gt=0)
+    min_lr: float = Field(3e-4, ge=0)
+    warmup_steps: int = Field(20, ge=0)
+    weight_decay: float = Field(0.1, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = Field(1.0, gt=0)
+    eval_every: PositiveInt = 50
+    eval_batches: PositiveInt = 4
+    seed: int = 0
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16"] = Field("bfloat16", description="autocast dtype, CUDA only")
+    compile: bool = Field(False, description="torch.compile, CUDA only")
+    backend: Literal["auto", "torch", "fla"] = "auto"
+    checkpoint_every: PositiveInt | None = None
+    curriculum: CurriculumConfig | None = None
+    progress: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if self.steps is not None and self.tokens is not None:
+            raise ValueError("set steps or tokens, not both")
+        if self.curriculum is None and self.steps is None and self.tokens is None:
+            raise ValueError("set steps or tokens (or a curriculum, whose stage budgets cap the run)")
+        if self.curriculum is not None and self.task != "state_tracking":
+            raise ValueError(f"a curriculum needs task 'state_tracking' (got {self.task!r})")
+        if self.curriculum is not None and self.tokens is not None:
+            raise ValueError("a curriculum's sequence length changes per stage; give steps, not tokens")
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr ({self.min_lr}) exceeds lr ({self.lr})")
+        return self
+
+
+class EvalRecord(BaseModel):
+    step: int
+    metrics: dict[str, float]
+
+
+class ElasticPoint(BaseModel):
+    """One checkpoint evaluated at ``k`` loops: its quality and projection FLOPs per token."""
+
+    k: int
+    quality: float
+    compute: float
+    metrics: dict[str, float]
+
+
+class TrainResult(BaseModel):
+    status: Literal["ok", "stopped", "failed"]
+    reason: str | None = None
+    task: str
+    steps: int
+    tokens: int
+    params: int
+    quality_metric: str
+    higher_is_better: bool
+    quality: float | None = None
+    final: dict[str, float] = Field(default_factory=dict)
+    losses: list[float] = Field(default_factory=list)
+    evals: list[EvalRecord] = Field(default_factory=list)
+    elastic: list[ElasticPoint] = Field(default_factory=list)
+    depth_rows: dict[str, int] = Field(default_factory=dict, description="training rows run at each "
+                                       "loop count ('T': the spec's own)")
+    curriculum: dict[str, Any] | None = None
+    vocab: dict[str, int] | None = Field(None, description="{'spec': v, 'task': w} when the vocab was rewritten")
+    wall_time: float = 0.0
+    arch: ArchSpec
+
+
+# ---------------------------------------------------------------- pieces of the loop
+
+
+def with_vocab(arch: ArchSpec, vocab_size: int) -> ArchSpec:
+    """The same architecture with the task's vocabulary (a pure spec → spec rewrite)."""
+    if arch.model.vocab_size == vocab_size:
+        return arch
+    return arch.model_copy(update={"model": arch.model.model_copy(update={"vocab_size": vocab_size})})
+
+
+def total_steps(config: TrainConfig, task: Task) -> int:
+    if config.steps is not None:
+        return config.steps
+    if config.curriculum is not None:
+        return config.curriculum.stage_steps * len(config.curriculum.stages)
+    return math.ceil(config.tokens / (config.batch_size * config.grad_accum * task.seq_len))
+
+
+def lr_at(step: int, total: int, config: TrainConfig) -> float:
+    """Linear warmup, then cosine decay from ``lr`` to ``min_lr`` at ``total``."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, total - config.warmup_steps)
+    return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """nanoGPT's rule: decay ≥2-D weights only. Never decay what fla marks
+    ``_no_weight_decay`` (A_log, dt_bias, ...) nor the loop extras (ρ, gates, conditioning),
+    which start at the identity and must be free to stay there."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        extra = name == "rho" or name.startswith("loops.")
+        skip = p.dim() < 2 or getattr(p, "_no_weight_decay", False) or extra
+        (no_decay if skip else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def eval_batches(task: Task, config: TrainConfig, device: torch.device) -> list:
+    """Fixed eval batches: the same for every evaluation of a run (and of its resumption)."""
+    g = torch.Generator().manual_seed(config.seed)
+    return [tuple(t.to(device) for t in task.batch(config.batch_size, g, split="eval"))
+            for _ in range(config.eval_batches)]
+
+
+@torch.no_grad()
+def evaluate(model, task: Task, batches: list, autocast, seed: int, loops: int | None = None
+             ) -> dict[str, float]:
+    """Mean eval loss and task metrics over ``batches``, at ``loops`` (None: the spec's T).
+    Runs under a forked, reseeded RNG (random placement votes on sampled patterns)."""
+    model.eval()
+    devices = [batches[0][0].device] if batches[0][0].is_cuda else []
+    sums: dict[str, float] = {}
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        for x, y in batches:
+            with autocast():
+                out = model(x, y, loops=loops)
+            metrics = {"eval_loss": out.ce_loss.item(), **task.metrics(out.logits.float(), y)}
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + value
+    model.train()
+    return {key: value / len(batches) for key, value in sums.items()}
+
+
+def save_checkpoint(path: Path, payload: dict) -> None:
+    """Write atomically: a crash mid-write never leaves a torn checkpoint."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def _fingerprint(arch: ArchSpec, config: TrainConfig) -> str:
+    """What a checkpoint must match to be resumed (the progress bar may differ)."""
+    return json.dumps([arch.model_dump(mode="json"), config.model_dump(mode="json", exclude={"progress"})],
+                      sort_keys=True)
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None,
+          callback: Callback | None = None, resume: str | Path | None = None) -> TrainResult:
+    """Train ``arch`` on ``config.task`` and evaluate it.
+
+    ``callback(step, metrics)`` runs after every evaluation; returning False stops the
+    run (status ``stopped``). ``out_dir`` receives ``checkpoint.pt`` (every
+    ``checkpoint_every`` steps and at the end) and ``result.json``. ``resume``: a
+    checkpoint of the same arch and config to continue from.
+    """
+    start = time.perf_counter()
+    arch = arch if arch.is_canonical else resolve(arch)
+    curriculum = (Curriculum(config.curriculum.stages, config.curriculum.threshold)
+                  if config.curriculum else None)
+    task = curriculum.task(**config.task_params) if curriculum else make_task(config.task, **config.task_params)
+    proxy = with_vocab(arch, task.vocab_size)
+    steps = total_steps(config, task)
+    stage_budget = config.curriculum.stage_steps if curriculum else steps
+    device = torch.device(config.device)
+    cuda = device.type == "cuda"
+
+    torch.manual_seed(config.seed)
+    data_gen = torch.Generator().manual_seed(config.seed)
+    loop_gen = torch.Generator().manual_seed(config.seed ^ _LOOP_SEED_SALT)
+    model = build_model(proxy, backend=config.backend, device=device)
+    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr,
+                                  betas=config.betas, fused=cuda or None)
+    step, stage_start, tokens = 0, 0, 0
+    losses: list[float] = []
+    evals: list[EvalRecord] = []
+    depth_rows: dict[str, int] = {}
+    if resume is not None:
+        ckpt = torch.load(resume, map_location=device, weights_only=False)
+        if ckpt["fingerprint"] != _fingerprint(proxy, config):
+            raise ValueError(f"{resume} was written by a different arch or config")
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        step, stage_start, tokens = ckpt["step"], ckpt["stage_start"], ckpt["tokens"]
+        losses, evals = ckpt["losses"], [EvalRecord(**e) for e in ckpt["evals"]]
+        depth_rows = ckpt["depth_rows"]
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        if cuda:
+            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+        data_gen.set_state(ckpt["rng"]["data"])
+        loop_gen.set_state(ckpt["rng"]["loops"])
+        if curriculum:
+            curriculum.index, curriculum.stage_acc = ckpt["curriculum"]["index"], ckpt["curriculum"]["stage_acc"]
+            task = curriculum.task(**config.task_params)
+    fixed_eval = eval_batches(task, config, device)
+    forward = torch.compile(model) if config.compile and cuda else model
+    use_bf16 = cuda and config.dtype == "bfloat16"
+
+    def autocast():
+        return torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
+
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    status, reason = "ok", None
+    bar = tqdm(total=steps, initial=step, disable=not config.progress, desc=proxy.name, leave=False)
+    model.train()
+    while step < steps:
+        lr = lr_at(step - stage_start, stage_budget, config)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        dist = train_dist(proxy, step, steps)
+        loss = torch.zeros((), device=device)
+        for _ in range(config.grad_accum):
+            x, y = (t.to(device, non_blocking=True) for t in task.batch(config.batch_size, data_gen))
+            for loops, rows in loop_groups(dist, config.batch_size, loop_gen):
+                xs, ys = (x, y) if rows is None else (x[rows], y[rows])
+                with autocast():
+                    micro = forward(xs, ys, loops=loops).loss
+                scale = len(xs) / (config.batch_size * config.grad_accum)
+                (micro * scale).backward()
+                loss += micro.detach() * scale
+                depth = "T" if loops is None else str(loops)
+                depth_rows[depth] = depth_rows.get(depth, 0) + len(xs)
+            tokens += x.numel()
+        loss_value = loss.item()
+        if not math.isfinite(loss_value):
+            status, reason = "failed", f"non-finite training loss ({loss_value}) at step {step + 1}"
+            break
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        losses.append(loss_value)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr:.2e}")
+
+        since = step - stage_start
+        if since % config.eval_every == 0 or since == stage_budget or step == steps:
+            metrics = evaluate(model, task, fixed_eval, autocast, config.seed)
+            if curriculum:
+                metrics["n"] = float(curriculum.n)
+                promoted = curriculum.promote(metrics["acc"])
+                if promoted and curriculum.done:
+                    status, reason = "ok", "every curriculum stage solved"
+                elif promoted:
+                    task, stage_start = curriculum.task(**config.task_params), step
+                    fixed_eval = eval_batches(task, config, device)
+                elif since >= stage_budget:
+                    status, reason = "ok", f"stage n={curriculum.n} unsolved within {stage_budget} steps"
+            evals.append(EvalRecord(step=step, metrics=metrics))
+            if callback is not None and callback(step, metrics) is False:
+                status, reason = "stopped", f"stopped by the callback at step {step}"
+        finished = reason is not None or step == steps
+        if out is not None and config.checkpoint_every and (step % config.checkpoint_every == 0 or finished):
+            save_checkpoint(out / CHECKPOINT, {
+                "fingerprint": _fingerprint(proxy, config), "step": step, "stage_start": stage_start,
+                "tokens": tokens, "losses": losses, "depth_rows": depth_rows, "evals": [e.model_dump() for e in evals],
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "rng": {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if cuda else None,
+                        "data": data_gen.get_state(), "loops": loop_gen.get_state()},
+                "curriculum": {"index": curriculum.index, "stage_acc": curriculum.stage_acc} if curriculum else None,
+            })
+        if reason is not None:
+            break
+    bar.close()
+
+    final = evals[-1].metrics if evals and evals[-1].step == step else {}
+    if status != "failed" and not curriculum and not final:
+        final = evaluate(model, task, fixed_eval, autocast, config.seed)
+    metric = "acc" if "acc" in final or curriculum else "eval_loss"
+    points = []
+    if status != "failed" and proxy.elastic is not None:
+        for k in proxy.elastic.eval:
+            m = evaluate(model, task, fixed_eval, autocast, config.seed, loops=k)
+            points.append(ElasticPoint(k=k, quality=m[metric], compute=projection_compute(proxy, k), metrics=m))
+    quality = float(curriculum.n_max) if curriculum else final.get(metric)
+    result = TrainResult(
+        status=status, reason=reason, task=config.task, steps=step, tokens=tokens,
+        params=sum(p.numel() for p in model.parameters()),
+        quality_metric="n_max" if curriculum else metric, higher_is_better=metric == "acc",
+        quality=quality, final=final, losses=losses, evals=evals, elastic=points, depth_rows=depth_rows,
+        curriculum={**curriculum.summary(), "threshold": curriculum.threshold,
+                    "stage_steps": stage_budget} if curriculum else None,
+        vocab={"spec": arch.model.vocab_size, "task": task.vocab_size} if proxy is not arch else None,
+        wall_time=time.perf_counter() - start, arch=proxy,
+    )
+    if out is not None:
+        (out / "result.json").write_text(result.model_dump_json(indent=2))
+    return result
+
+
+__all__ = ["CurriculumConfig", "TrainConfig", "TrainResult", "EvalRecord", "ElasticPoint",
+           "train", "with_vocab", "lr_at", "param_groups", "evaluate", "save_checkpoint"]
