@@ -138,7 +138,11 @@ def validate(arch: ArchSpec) -> list[Problem]:
         if has_switch and arch.random_placement is None:
             out.append(Problem(f"layers[{i}].mixer", "a switch mixer needs random_placement "
                                "(written by hybrid placement: random)"))
-    out += loop_problems(arch)
+    loop_out = loop_problems(arch)
+    out += loop_out
+    if not loop_out:  # the graph checks assume well-formed regions
+        from .graph import graph_problems
+        out += graph_problems(arch)
     if arch.elastic is not None and not arch.loops:
         out.append(Problem("elastic", "elastic depth needs at least one loop; add a loop or "
                            "remove elastic"))
