@@ -146,7 +146,8 @@ class GatedDeltaNetTorch(_ConvQKV):
         super().__init__()
         self.mode, self.layer_idx = mode, layer_idx
         self.hidden_size, self.expand_v, self.allow_neg_eigval = hidden_size, expand_v, allow_neg_eigval
-        self.use_gate, self.use_short_conv, self.conv_size, self.conv_bias = use_gate, use_short_conv, conv_size, conv_bias
+        self.use_gate, self.use_short_conv = use_gate, use_short_conv
+        self.conv_size, self.conv_bias = conv_size, conv_bias
         self.num_heads, self.num_v_heads = num_heads, num_v_heads or num_heads
         _check_value_heads(head_dim, expand_v, self.num_heads, self.num_v_heads)
         self.head_dim = self.head_k_dim = head_dim
@@ -206,7 +207,8 @@ class DeltaNetTorch(_ConvQKV):
         self.mode, self.layer_idx, self.qk_activation, self.qk_norm = mode, layer_idx, qk_activation, qk_norm
         self.hidden_size = hidden_size = d_model if d_model is not None else hidden_size
         self.expand_k, self.expand_v, self.num_heads = expand_k, expand_v, num_heads
-        self.use_gate, self.use_short_conv, self.conv_size, self.conv_bias = use_gate, use_short_conv, conv_size, conv_bias
+        self.use_gate, self.use_short_conv = use_gate, use_short_conv
+        self.conv_size, self.conv_bias = conv_size, conv_bias
         self.use_beta, self.allow_neg_eigval = use_beta, allow_neg_eigval
         self.key_dim, self.value_dim = round(hidden_size * expand_k), round(hidden_size * expand_v)
         if self.key_dim % num_heads or self.value_dim % num_heads:
