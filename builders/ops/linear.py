@@ -285,7 +285,8 @@ def recurrent_gated_delta_rule_ref(
     q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False
 ):
     """Token-by-token reference for ``chunk_gated_delta_rule`` (same arguments, no chunk_size)."""
-    return _recurrent_delta(q, k, v, g[..., None], beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel)
+    g = g[..., None]
+    return _recurrent_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel)
 
 
 def recurrent_delta_rule_ref(
