@@ -13,8 +13,8 @@ Delta-rule family (fla semantics), per value head and token ``t``::
 Chunked form: inside a chunk with local cumulative decay ``G_i`` and start state ``S0``,
 ``(I + A_kk) u = beta*v - beta*exp(G)*k @ S0`` where ``A_kk[i, j] = beta_i sum_d k_id k_jd
 exp(G_id - G_jd)`` for ``j < i``. One triangular solve per chunk batch yields ``u = U - W S0``;
-only the state hand-off between chunks is sequential. Every ``exp`` is taken of a non-positive
-number (masked entries become ``-inf``), so strong decays cannot overflow.
+only the state hand-off between chunks is sequential. With log decays ``g <= 0`` every ``exp``
+is taken of a non-positive number (masked entries become ``-inf``), so strong decays cannot overflow.
 """
 
 from __future__ import annotations
