@@ -1,0 +1,257 @@
+"""nas.cost against the compiled model: parameter counts of hundreds of random specs on the
+meta device, and projection compute against torch's FLOP counter on a CPU forward pass."""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import NamedTuple
+
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from builders.model import LoopLM, build_model
+from nas.cost import CostSheet, Figures, cost, counts, op_active_params, unique_params
+from nas.errors import SpecError
+from nas.load import load_arch, resolve, spec_from_dict
+from nas.lower import ratio_counts
+from nas.spec import (
+    ArchSpec, AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, Mamba2Spec, NSASpec,
+    ParallelSpec, Spec, SwitchSpec,
+)
+from spaces import ARCHS, arch_names
+
+TINY = [n for n in arch_names() if n.startswith("tiny_")]
+TOKENS = 16  # one sequence of 16 tokens: every projection FLOP count is linear in it
+
+
+def numel(module: nn.Module | None) -> int:
+    return 0 if module is None else sum(p.numel() for p in module.parameters())
+
+
+# ---------------------------------------------------------------- random whole specs
+
+flag = st.booleans()
+rare = st.sampled_from([False, False, False, True])
+T_VALUES = st.integers(1, 4)
+
+
+def _gdn(draw, kind):
+    h = draw(st.sampled_from([1, 2, 4]))
+    out = dict(kind=kind, num_heads=h, head_dim=draw(st.sampled_from([8, 16, 32])),
+               expand_v=draw(st.sampled_from([0.5, 1.0, 2.0])),
+               num_v_heads=draw(st.sampled_from([None, h, 2 * h])),
+               use_short_conv=draw(flag), conv_size=draw(st.integers(2, 4)), conv_bias=draw(flag),
+               allow_neg_eigval=draw(flag))
+    if kind == "gdn":
+        out["use_gate"] = draw(flag)
+    return out
+
+
+def _deltanet(draw):
+    return dict(kind="deltanet", num_heads=draw(st.sampled_from([1, 2, 4])),
+                expand_k=draw(st.sampled_from([0.5, 1.0, 2.0])),
+                expand_v=draw(st.sampled_from([0.5, 1.0, 2.0])), use_beta=draw(flag),
+                use_gate=draw(flag), use_short_conv=draw(flag), conv_size=draw(st.integers(2, 4)),
+                conv_bias=draw(flag),
+                qk_activation=draw(st.sampled_from(["silu", "relu", "elu", "identity"])),
+                qk_norm=draw(st.sampled_from(["l2", "sum"])))
+
+
+def _mamba2(draw):
+    return dict(kind="mamba2", head_dim=draw(st.sampled_from([8, 16])),
+                state_size=draw(st.sampled_from([4, 8, 16])), expand=draw(st.sampled_from([1, 2])),
+                n_groups=draw(st.sampled_from([1, 1, 2])), conv_kernel=draw(st.integers(2, 4)),
+                use_conv_bias=draw(flag), use_bias=draw(flag), D_has_hdim=draw(flag),
+                rmsnorm=draw(flag), norm_before_gate=draw(flag))
+
+
+def _attn_common(draw, kind):
+    h = draw(st.sampled_from([1, 2, 4, 8]))
+    return dict(kind=kind, num_heads=h, num_kv_heads=draw(st.sampled_from([None, h, max(1, h // 2), 1])),
+                head_dim=draw(st.sampled_from([None, None, 8, 16])), qkv_bias=draw(flag),
+                qk_norm=draw(flag), output_gate=draw(flag),
+                rope_theta=draw(st.sampled_from([10000.0, 10000.0, None])))
+
+
+def _attn(draw):
+    return {**_attn_common(draw, "attn"), "window": draw(st.sampled_from([None, None, 4, 8]))}
+
+
+def _dsa(draw):
+    return {**_attn_common(draw, "dsa"), "index_heads": draw(st.integers(1, 4)),
+            "index_head_dim": draw(st.sampled_from([4, 8, 16])), "topk": draw(st.sampled_from([4, 8, 64]))}
+
+
+def _nsa(draw):
+    h = draw(st.sampled_from([2, 4]))
+    return dict(kind="nsa", num_heads=h, num_kv_heads=draw(st.sampled_from([1, h])),
+                head_dim=draw(st.sampled_from([8, 16])), qkv_bias=draw(flag),
+                block_size=draw(st.sampled_from([4, 8])), block_counts=draw(st.sampled_from([1, 2, 4])),
+                window=draw(st.sampled_from([4, 8, 16])))
+
+
+BASE = {"gdn": lambda d: _gdn(d, "gdn"), "kda": lambda d: _gdn(d, "kda"), "deltanet": _deltanet,
+        "mamba2": _mamba2, "attn": _attn, "dsa": _dsa, "nsa": _nsa}
+
+
+@st.composite
+def base_mixers(draw):
+    return BASE[draw(st.sampled_from(sorted(BASE)))](draw)
+
+
+@st.composite
+def mixers(draw):
+    if draw(st.sampled_from([False, False, False, True])):
+        return {"kind": "parallel", "combine": draw(st.sampled_from(["mean", "sum", "concat"])),
+                "branches": draw(st.lists(base_mixers(), min_size=2, max_size=3))}
+    return draw(base_mixers())
+
+
+@st.composite
+def ffns(draw):
+    kind = draw(st.sampled_from(["swiglu", "swiglu", "moe", "none"]))
+    if kind == "swiglu":
+        return {"kind": kind, "hidden_size": draw(st.sampled_from([None, 16, 40, 96]))}
+    if kind == "moe":
+        e = draw(st.integers(1, 4))
+        return {"kind": kind, "num_experts": e, "top_k": draw(st.integers(1, e)),
+                "expert_hidden": draw(st.sampled_from([None, 16, 32])),
+                "shared_expert_hidden": draw(st.sampled_from([0, 16]))}
+    return {"kind": kind}
+
+
+UPDATES = st.sampled_from([
+    {"kind": "plain"}, {"kind": "residual_gate", "shared": True},
+    {"kind": "residual_gate", "shared": False}, {"kind": "gated_step"},
+    {"kind": "reinject", "mode": "add"}, {"kind": "reinject", "mode": "concat"},
+    {"kind": "reinject", "mode": "diagonal"},
+])
+KINDS = sorted(BASE) + ["parallel", "switch", "swiglu", "moe", "none"]
+
+
+@st.composite
+def loop_sugars(draw, L: int, kinds: list[str], boundaries=("block", "mixer", "ffn", "selective", "elr")):
+    """Loop sugar over ``L`` layers whose ops have ``kinds``."""
+    boundary = draw(st.sampled_from(boundaries))
+    T = draw(T_VALUES)
+    out = {"boundary": boundary, "T": T, "update": draw(UPDATES),
+           "conditioning": draw(st.sampled_from(["none", "index", "index_budget"]))}
+    if boundary == "selective":
+        lo = draw(st.integers(0, L - 1))
+        out["select"] = {"ops": draw(st.sampled_from([["mixer"], ["ffn"], ["mixer", "ffn"]])),
+                         "kinds": draw(st.sampled_from([None, *([k] for k in kinds)])),
+                         "layers": draw(st.sampled_from([None, [lo, draw(st.integers(lo, L - 1))]]))}
+        out["unit"] = draw(st.sampled_from(["op", "span"]))
+    if boundary == "elr":
+        pre = draw(st.integers(0, L - 1))
+        rec = draw(st.integers(1, L - pre))
+        out.update(prelude=pre, recurrent=rec, coda=L - pre - rec)
+    if {"attn", "nsa"} & set(kinds) and draw(rare):
+        out["windows"] = draw(st.lists(st.sampled_from(["full", 4, 8]), min_size=T, max_size=T))
+    if "moe" in kinds and draw(rare):
+        out["routing_replay"] = True
+    return out
+
+
+@st.composite
+def elastics(draw):
+    values = draw(st.lists(T_VALUES, min_size=1, max_size=4, unique=True))
+    return {"train": {"values": values,
+                      "weights": draw(st.lists(st.sampled_from([0.1, 0.5, 1.0]), min_size=len(values),
+                                               max_size=len(values)))},
+            "switch_at": draw(st.sampled_from([0.0, 0.75])),
+            "eval": draw(st.lists(T_VALUES, min_size=1, max_size=4, unique=True))}
+
+
+@st.composite
+def arch_dicts(draw):
+    """A whole source spec: explicit layers, or a hybrid (random placement makes switches)."""
+    L = draw(st.integers(1, 5))
+    model = {"vocab_size": draw(st.integers(8, 300)), "width": draw(st.sampled_from(range(32, 129, 16))),
+             "tie_embeddings": draw(flag), "norm": {"kind": draw(st.sampled_from(["rmsnorm", "layernorm"]))}}
+    data: dict = {"name": "random", "model": model}
+    if L >= 2 and draw(st.sampled_from([False, False, True])):
+        a, b = draw(base_mixers()), draw(base_mixers())
+        data.update(num_layers=L, layer={"mixer": a, "ffn": draw(ffns())},
+                    hybrid={"ratio": {"a": draw(st.integers(1, 3)), "b": draw(st.integers(1, 3))},
+                            "placement": draw(st.sampled_from(["random", "interleave", "bookend", "front", "back"])),
+                            "mixers": {"a": a, "b": b}})
+    else:
+        data["layers"] = [{"mixer": draw(mixers()), "ffn": draw(ffns())} for _ in range(L)]
+    kinds = sorted({op["kind"] for layer in data.get("layers", [data.get("layer")]) for op in layer.values()})
+    if "hybrid" in data:
+        kinds += [m["kind"] for m in data["hybrid"]["mixers"].values()]
+    n_loops = draw(st.sampled_from([1, 2, 1, 0]))
+    if n_loops == 1:
+        data["loop"] = draw(loop_sugars(L, kinds))
+    elif n_loops == 2:  # an outer span with per-op loops nested inside it
+        data["loop"] = [draw(loop_sugars(L, kinds, ("block", "elr"))),
+                        draw(loop_sugars(L, kinds, ("mixer", "ffn")))]
+    if n_loops and draw(flag):
+        data["elastic"] = draw(elastics())
+    data["kv_policy"] = draw(st.sampled_from(["per_loop", "last_loop"]))
+    return data
+
+
+def resolved(data: dict) -> ArchSpec:
+    """The canonical spec, or the example is discarded: only valid specs are priced."""
+    try:
+        return resolve(spec_from_dict(data))
+    except SpecError:
+        assume(False)
+
+
+def coverage(arch: ArchSpec) -> set[str]:
+    """What a valid example exercises (``--hypothesis-show-statistics`` tallies them)."""
+    out = {f"op {l.mixer.kind}" for l in arch.layers} | {f"op {l.ffn.kind}" for l in arch.layers}
+    out |= {f"op {b.kind}" for l in arch.layers for b in getattr(l.mixer, "branches", ())}
+    out |= {f"update {r.update.kind} {getattr(r.update, 'mode', '')}" for r in arch.loops}
+    out |= {f"conditioning {r.conditioning}" for r in arch.loops}
+    out.add(f"{len(arch.loops)} loop regions")
+    flags = {"elastic": arch.elastic is not None, "schedule": any(r.schedule for r in arch.loops),
+             "routing replay": any(r.routing_replay for r in arch.loops),
+             "untied": not arch.model.tie_embeddings, "layernorm": arch.model.norm.kind == "layernorm"}
+    return out | {name for name, on in flags.items() if on}
+
+
+RANDOM = settings(max_examples=400, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                         HealthCheck.data_too_large])
+
+
+# ---------------------------------------------------------------- parameters
+
+
+def check_params(arch: ArchSpec) -> None:
+    """Every count of the sheet equals the model built on the meta device, op by op."""
+    model = build_model(arch, backend="torch", device="meta")
+    sheet, params = cost(arch), dict(model.named_parameters())
+    total = sum(p.numel() for p in params.values())
+    assert sheet.unique_params == unique_params(arch) == total
+    embed = model.embed.weight.numel() + (model.lm_head.weight.numel() if hasattr(model, "lm_head") else 0)
+    assert sheet.embedding_params == embed
+    assert sheet.non_embedding_params == total - embed
+    for row in sheet.figures.ops:
+        assert row.params == numel(getattr(model.layers[row.layer], row.op, None)), row
+    norms = [m for n, m in model.named_modules() if n == "norm" or n.rsplit(".", 1)[-1] in ("mixer_norm", "ffn_norm")]
+    assert sheet.norm_params == sum(numel(m) for m in norms)
+    for e in sheet.figures.extras:
+        assert e.params == sum(p.numel() for n, p in params.items() if n == e.name or n.startswith(e.name + ".")), e
+
+
+@pytest.mark.parametrize("name", arch_names())
+def test_shipped_params_equal_meta_model(name):
+    check_params(load_arch(ARCHS / f"{name}.yaml"))
+
+
+@RANDOM
+@given(data=arch_dicts())
+def test_random_spec_params_equal_meta_model(data):
+    arch = resolved(data)
+    for label in coverage(arch):
+        event(label)
+    check_params(arch)
