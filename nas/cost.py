@@ -8,10 +8,12 @@ Conventions, derived where each quantity is computed:
 - *Projection compute* (MixerLoop §3.3): ``C_A`` = 2 × every parameter of a mixer (convs,
   a/b projections, ``A_log``, gate norms included: the paper counts "all mixer
   parameters"), ``C_F`` = 2 × the FFN's *active* parameters (MoE: router + ``top_k``
-  experts + the shared expert), ``C_H = 2·V·d`` (the embedding lookup is free). Pre-norms
-  and the final norm are elementwise, not projections, and are not counted. Each op is
-  charged once per application in the execution plan, so NoLoop ``L(C_A + C_F) + C_H``,
-  MixerLoop ``L(T·C_A + C_F) + C_H`` and FullLoop ``T·L(C_A + C_F) + C_H`` are special cases.
+  experts + the shared expert; the later iterations of a routing-replay region reuse the
+  first one's routing and skip the router), ``C_H = 2·V·d`` (the embedding lookup is
+  free). Pre-norms and the final norm are elementwise, not projections, and are not
+  counted. Each op is charged once per application in the execution plan, so NoLoop
+  ``L(C_A + C_F) + C_H``, MixerLoop ``L(T·C_A + C_F) + C_H`` and FullLoop
+  ``T·L(C_A + C_F) + C_H`` are special cases.
 - Loop-extra matmuls (ELR's gated step, concat re-injection) are reported apart from
   projection compute; elementwise extras (ρ, diagonal re-injection, conditioning tables)
   cost no FLOPs.
@@ -414,11 +416,15 @@ class Counts(NamedTuple):
     ``apps[f]``: applications of flat sublayer f (``2·layer + (0 mixer | 1 ffn)``), the
     product of ``T`` over the regions containing it (loops nest or are disjoint);
     ``updates[j]``: iterations after the first of region j, ``(T_j − 1)·Π T`` of the
-    regions around it; ``T[j]``: region j's loop count."""
+    regions around it; ``T[j]``: region j's loop count; ``routed[f]``: applications that
+    route afresh, the product of ``T`` over the regions containing f without routing replay
+    (a replay region's later iterations reuse the routing of its first, as the executor
+    does, and ELR's replay saves the router evaluations)."""
 
     apps: tuple[int, ...]
     updates: tuple[int, ...]
     T: tuple[int, ...]
+    routed: tuple[int, ...]
 
 
 def counts(arch: ArchSpec, loops: int | None = None) -> Counts:
@@ -428,10 +434,11 @@ def counts(arch: ArchSpec, loops: int | None = None) -> Counts:
     (end, Π T inside) gives each region the product of the loop counts around it."""
     spans = [(r.start.flat, r.end.flat) for r in arch.loops]
     ts = tuple(r.T if loops is None else loops for r in arch.loops)
-    apps = [1] * (2 * len(arch.layers))
-    for (a, b), t in zip(spans, ts):
+    apps, routed = [1] * (2 * len(arch.layers)), [1] * (2 * len(arch.layers))
+    for (a, b), t, r in zip(spans, ts, arch.loops):
         for f in range(a, b + 1):
             apps[f] *= t
+            routed[f] *= 1 if r.routing_replay else t
     updates = [0] * len(spans)
     stack: list[tuple[int, int]] = []
     for j in sorted(range(len(spans)), key=lambda j: (spans[j][0], -spans[j][1])):
@@ -441,7 +448,7 @@ def counts(arch: ArchSpec, loops: int | None = None) -> Counts:
         outer = stack[-1][1] if stack else 1
         updates[j] = (ts[j] - 1) * outer
         stack.append((b, outer * ts[j]))
-    return Counts(tuple(apps), tuple(updates), ts)
+    return Counts(tuple(apps), tuple(updates), ts, tuple(routed))
 
 
 def with_override(op: Spec, window, topk) -> Spec:
@@ -664,6 +671,14 @@ def _general_mixer_row(arch: ArchSpec, i: int, c: Counts, n: int, nbytes: int, w
                   kv * nbytes, state * nbytes)
 
 
+def _ffn_flops(op: Spec, d: int, c: Counts, layer: int, active: int) -> float:
+    """Σ applications · C_F of one FFN, less the router (d × E) in the applications that
+    replay a routing instead of routing afresh."""
+    f = 2 * layer + 1
+    router = d * op.num_experts if isinstance(op, MoESpec) else 0
+    return 2.0 * (c.apps[f] * active - (c.apps[f] - c.routed[f]) * router)
+
+
 def _figures(arch: ArchSpec, loops: int | None, n: int, nbytes: int, weights,
              profiles: list[tuple[_Profile | None, _Profile]]) -> Figures:
     """One pass over the layers at a loop count; same KV/state rules as
@@ -683,8 +698,8 @@ def _figures(arch: ArchSpec, loops: int | None, n: int, nbytes: int, weights,
         mixer, seq = mixer + row.projection_flops, seq + row.seq_mixing_flops
         kv, state = kv + row.kv_cache_bytes, state + row.state_bytes
         apps = c.apps[2 * i + 1]
-        rows += (row, OpCost(i, "ffn", layers[i].ffn.kind, fp.params, apps, 2.0 * apps * fp.active,
-                             0.0, 0, 0))
+        rows += (row, OpCost(i, "ffn", layers[i].ffn.kind, fp.params, apps,
+                             _ffn_flops(layers[i].ffn, arch.model.width, c, i, fp.active), 0.0, 0, 0))
         ffn += rows[-1].projection_flops
     extras = _extras(arch, c)
     return Figures(loops, ProjectionFlops(mixer, ffn, 2.0 * arch.model.vocab_size * arch.model.width),
@@ -701,7 +716,7 @@ def projection_flops(arch: ArchSpec, loops: int | None = None) -> ProjectionFlop
                 mixer += share * sum(w * 2 * _static(ch, d).active for w, ch in layer_choices(op, weights))
         else:
             mixer += 2 * c.apps[2 * i] * _static(layer.mixer, d).active
-        ffn += 2 * c.apps[2 * i + 1] * _static(layer.ffn, d).active
+        ffn += _ffn_flops(layer.ffn, d, c, i, _static(layer.ffn, d).active)
     return ProjectionFlops(mixer, ffn, 2.0 * arch.model.vocab_size * d)
 
 

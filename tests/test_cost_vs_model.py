@@ -255,3 +255,179 @@ def test_random_spec_params_equal_meta_model(data):
     for label in coverage(arch):
         event(label)
     check_params(arch)
+
+
+# ---------------------------------------------------------------- projection compute vs the FLOP counter
+#
+# The definition (MixerLoop §3.3, nas.cost) charges 2 × every active parameter of an op per
+# token and application. torch's FlopCounterMode sees matmuls and convolutions, so:
+#
+#   2 × active params  =  nn.Linear weights          (counter: aten.mm / addmm in Linear modules)
+#                       + depthwise short-conv weights (counter: aten.convolution, 2·C·W per token)
+#                       + elementwise parameters      (biases, A_log, dt_bias, D, norm weights:
+#                                                      no matmul, added at 2 FLOPs each)
+#
+# The counter also sees what the definition leaves out or prices elsewhere: sequence mixing
+# inside a mixer (attention QKᵀ/AV, the chunked delta-rule and SSD kernels, DSA's indexer
+# scores), reported apart by nas.cost and computed differently by chunked kernels, so only
+# bounded below here; and loop-extra matmuls (gated step, concat re-injection), priced by
+# the sheet's extras. What is left of the counter's total after every sublayer and loop
+# extra is the LM head, C_H = 2·V·d per token.
+
+
+def _delta_kv(op: GDNSpec | KDASpec) -> tuple[int, int, int, int]:
+    """K, V, value heads HV and value head dim dv of fla's GDN/KDA layout."""
+    hv, dv = op.num_v_heads or op.num_heads, int(op.head_dim * op.expand_v)
+    return op.num_heads * op.head_dim, hv * dv, hv, dv
+
+
+def _conv_channels(op: Spec, d: int) -> int:
+    """Channels of an op's depthwise short convolutions (0: none)."""
+    if isinstance(op, (GDNSpec, KDASpec)) and op.use_short_conv:
+        k, v, _, _ = _delta_kv(op)
+        return 2 * k + v
+    if isinstance(op, DeltaNetSpec) and op.use_short_conv:
+        return 2 * round(d * op.expand_k) + round(d * op.expand_v)
+    if isinstance(op, Mamba2Spec):
+        return op.expand * d + 2 * op.n_groups * op.state_size
+    return 0
+
+
+def conv_params(op: Spec, d: int) -> int:
+    """Short-conv weights (C·W) of one op."""
+    if isinstance(op, ParallelSpec):
+        return sum(conv_params(b, d) for b in op.branches)
+    size = op.conv_kernel if isinstance(op, Mamba2Spec) else getattr(op, "conv_size", 0)
+    return _conv_channels(op, d) * size
+
+
+def elementwise_params(op: Spec, d: int) -> int:
+    """Parameters of one op that no matmul or convolution applies."""
+    if isinstance(op, ParallelSpec):
+        return sum(elementwise_params(b, d) for b in op.branches)
+    conv_bias = getattr(op, "conv_bias", getattr(op, "use_conv_bias", False))
+    out = _conv_channels(op, d) if conv_bias else 0
+    if isinstance(op, GDNSpec):
+        _, _, hv, dv = _delta_kv(op)
+        return out + 2 * hv + dv  # A_log, dt_bias (HV each), o_norm (dv)
+    if isinstance(op, KDASpec):
+        _, v, hv, dv = _delta_kv(op)
+        return out + hv + hv * op.head_dim + v + dv  # A_log, dt_bias (HV·dk), g_proj bias, o_norm
+    if isinstance(op, DeltaNetSpec):
+        return out + round(d * op.expand_v) // op.num_heads  # o_norm (dv)
+    if isinstance(op, Mamba2Spec):
+        inner, proj = op.expand * d, 2 * op.expand * d + 2 * op.n_groups * op.state_size + op.num_heads
+        return (out + 2 * op.num_heads + (inner if op.rmsnorm else 0)  # dt_bias, A_log, gated norm
+                + (inner if op.D_has_hdim else op.num_heads) + ((proj + d) if op.use_bias else 0))
+    if isinstance(op, (AttnSpec, DSASpec, NSASpec)):
+        q, kv = op.num_heads * op.head_dim, (op.num_kv_heads or op.num_heads) * op.head_dim
+        norms = 2 * op.head_dim if getattr(op, "qk_norm", False) else 0
+        return (q + 2 * kv if op.qkv_bias else 0) + norms
+    return 0  # FFNs: bias-free Linears only
+
+
+def split_params(module: nn.Module | None) -> tuple[int, int]:
+    """(short-conv weights, everything that is neither a Linear nor a conv weight)."""
+    if module is None:
+        return 0, 0
+    conv = sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Conv1d))
+    linear = sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
+    return conv, numel(module) - linear - conv
+
+
+class Measured(NamedTuple):
+    """What the counter saw in one forward, per token: projection compute of each sublayer
+    ``(layer, op)`` over all its applications, loop-extra matmuls of each region, the head."""
+
+    ops: dict[tuple[int, str], float]
+    extras: dict[int, float]
+    head: float
+
+
+def run_counted(model: LoopLM, ids: torch.Tensor, loops: int | None) -> tuple[int, dict[str, dict[str, int]]]:
+    """Total FLOPs and FLOPs by module name (``layers.0.mixer.q_proj``) and aten op."""
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(ids, loops=loops)
+    root = type(model).__name__ + "."
+    by_module = {name.removeprefix(root): {str(op): f for op, f in ops.items()}
+                 for name, ops in counter.get_flop_counts().items() if name.startswith(root)}
+    return counter.get_total_flops(), by_module
+
+
+def measure(model: LoopLM, ids: torch.Tensor, loops: int | None = None,
+            pattern: list[int] | None = None) -> Measured:
+    """Count one forward pass; ``pattern``: the random-placement option of each layer."""
+    arch, d, n = model.arch, model.arch.model.width, ids.numel()
+    total, by_module = run_counted(model, ids, loops)
+    apps = counts(arch, loops).apps
+
+    def linear(prefix: str) -> int:
+        return sum(sum(by_module.get(name, {}).values()) for name, m in model.named_modules()
+                   if isinstance(m, nn.Linear) and name.startswith(prefix + "."))
+
+    ops, seen = {}, 0
+    for i, layer in enumerate(arch.layers):
+        for which in ("mixer", "ffn"):
+            name, spec = f"layers.{i}.{which}", getattr(layer, which)
+            module = getattr(model.layers[i], which, None)
+            if isinstance(spec, SwitchSpec):
+                spec, module = spec.options[pattern[i]], module.options[pattern[i]]
+            # the accounting's non-matmul parameters are exactly the module's
+            assert split_params(module) == (conv_params(spec, d), elementwise_params(spec, d)), name
+            flops = by_module.get(name, {})
+            mm, conv = linear(name), flops.get("aten.convolution", 0)
+            assert conv == 2 * n * apps[2 * i + (which == "ffn")] * conv_params(spec, d), name
+            seq = sum(flops.values()) - mm - conv  # sequence mixing: not projection compute
+            assert seq >= 0 if which == "mixer" else seq == 0, name
+            ops[i, which] = (mm + conv) / n + 2 * apps[2 * i + (which == "ffn")] * elementwise_params(spec, d)
+            seen += sum(flops.values())
+    extras = {j: linear(f"loops.{j}") / n for j in range(len(arch.loops))}
+    head = (total - seen - n * sum(extras.values())) / n
+    return Measured(ops, extras, head)
+
+
+def loop_extra_matmuls(arch: ArchSpec, fig: Figures) -> dict[int, float]:
+    """The sheet's loop-extra FLOPs per region, less the gated step's bias (d adds per
+    update, 2 FLOPs per parameter by the convention, but no matmul)."""
+    ups, d = counts(arch, fig.loops).updates, arch.model.width
+    return {j: sum(e.flops for e in fig.extras if e.name.startswith(f"loops.{j}."))
+            - (2 * d * ups[j] if r.update.kind == "gated_step" else 0)
+            for j, r in enumerate(arch.loops)}
+
+
+def check_projection(model: LoopLM, fig: Figures, ids: torch.Tensor, loops: int | None = None) -> Measured:
+    """The counter's forward pass against the sheet's figures at the same loop count."""
+    got = measure(model, ids, loops)
+    assert got.ops == {(r.layer, r.op): r.projection_flops for r in fig.ops}
+    assert got.head == fig.projection.head
+    assert got.extras == loop_extra_matmuls(model.arch, fig)
+    return got
+
+
+def tokens(arch: ArchSpec, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, arch.model.vocab_size, (1, TOKENS), generator=g)
+
+
+def built(arch: ArchSpec) -> LoopLM:
+    torch.manual_seed(0)
+    return build_model(arch, backend="torch").eval()
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_tiny_projection_equals_counted_matmuls(name):
+    arch = load_arch(ARCHS / f"{name}.yaml")
+    check_projection(built(arch), cost(arch).figures, tokens(arch))
+
+
+def test_routing_replay_skips_the_router():
+    """tiny_moe_replay: the recurrent MoE routes in the first of T loops only, later loops
+    replay that routing, so the counter sees the router (d × E) once and the experts T
+    times; without replay the router runs every loop."""
+    arch = load_arch(ARCHS / "tiny_moe_replay.yaml")
+    fresh = arch.model_copy(update={"loops": tuple(r.model_copy(update={"routing_replay": False})
+                                                   for r in arch.loops)})
+    replayed, dynamic = (check_projection(built(a), cost(a).figures, tokens(a)).ops[1, "ffn"]
+                         for a in (arch, fresh))
+    T, moe = arch.loops[0].T, arch.layers[1].ffn
+    assert dynamic - replayed == 2 * arch.model.width * moe.num_experts * (T - 1)
