@@ -55,9 +55,10 @@ class TrainConfig(BaseModel):
 
     task: str = "mqar"
     task_params: dict[str, Any] = Field(default_factory=dict)
-    steps: PositiveInt | None = Field(None, description="optimizer steps; with a curriculum, a cap on the "
-                                      "whole run (default: every stage's budget)")
-    tokens: PositiveInt | None = Field(None, description="token budget: steps = ceil(tokens / tokens per step)")
+    steps: PositiveInt | None = Field(None, description="optimizer steps; with a curriculum, a cap "
+                                      "on the whole run (default: every stage's budget)")
+    tokens: PositiveInt | None = Field(None, description="token budget: steps = ceil(tokens / "
+                                       "tokens per step)")
     batch_size: PositiveInt = 32
     grad_accum: PositiveInt = 1
     lr: float = Field(3e-3, gt=0)
@@ -123,7 +124,8 @@ class TrainResult(BaseModel):
     depth_rows: dict[str, int] = Field(default_factory=dict, description="training rows run at each "
                                        "loop count ('T': the spec's own)")
     curriculum: dict[str, Any] | None = None
-    vocab: dict[str, int] | None = Field(None, description="{'spec': v, 'task': w} when the vocab was rewritten")
+    vocab: dict[str, int] | None = Field(None, description="{'spec': v, 'task': w} when the vocab "
+                                         "was rewritten")
     wall_time: float = 0.0
     arch: ArchSpec
 
@@ -151,7 +153,8 @@ def lr_at(step: int, total: int, config: TrainConfig) -> float:
     if step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
     progress = (step - config.warmup_steps) / max(1, total - config.warmup_steps)
-    return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return config.min_lr + (config.lr - config.min_lr) * cosine
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -203,8 +206,8 @@ def save_checkpoint(path: Path, payload: dict) -> None:
 
 def _fingerprint(arch: ArchSpec, config: TrainConfig) -> str:
     """What a checkpoint must match to be resumed (the progress bar may differ)."""
-    return json.dumps([arch.model_dump(mode="json"), config.model_dump(mode="json", exclude={"progress"})],
-                      sort_keys=True)
+    config_data = config.model_dump(mode="json", exclude={"progress"})
+    return json.dumps([arch.model_dump(mode="json"), config_data], sort_keys=True)
 
 
 # ---------------------------------------------------------------- the loop
@@ -223,7 +226,8 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
     arch = arch if arch.is_canonical else resolve(arch)
     curriculum = (Curriculum(config.curriculum.stages, config.curriculum.threshold)
                   if config.curriculum else None)
-    task = curriculum.task(**config.task_params) if curriculum else make_task(config.task, **config.task_params)
+    task = (curriculum.task(**config.task_params) if curriculum
+            else make_task(config.task, **config.task_params))
     proxy = with_vocab(arch, task.vocab_size)
     steps = total_steps(config, task)
     stage_budget = config.curriculum.stage_steps if curriculum else steps
@@ -255,7 +259,8 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
         data_gen.set_state(ckpt["rng"]["data"])
         loop_gen.set_state(ckpt["rng"]["loops"])
         if curriculum:
-            curriculum.index, curriculum.stage_acc = ckpt["curriculum"]["index"], ckpt["curriculum"]["stage_acc"]
+            curriculum.index = ckpt["curriculum"]["index"]
+            curriculum.stage_acc = ckpt["curriculum"]["stage_acc"]
             task = curriculum.task(**config.task_params)
     fixed_eval = eval_batches(task, config, device)
     forward = torch.compile(model) if config.compile and cuda else model
@@ -317,14 +322,18 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
             if callback is not None and callback(step, metrics) is False:
                 status, reason = "stopped", f"stopped by the callback at step {step}"
         finished = reason is not None or step == steps
-        if out is not None and config.checkpoint_every and (step % config.checkpoint_every == 0 or finished):
+        every = config.checkpoint_every
+        if out is not None and every and (step % every == 0 or finished):
             save_checkpoint(out / CHECKPOINT, {
-                "fingerprint": _fingerprint(proxy, config), "step": step, "stage_start": stage_start,
-                "tokens": tokens, "losses": losses, "depth_rows": depth_rows, "evals": [e.model_dump() for e in evals],
+                "fingerprint": _fingerprint(proxy, config), "step": step,
+                "stage_start": stage_start, "tokens": tokens, "losses": losses,
+                "depth_rows": depth_rows, "evals": [e.model_dump() for e in evals],
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "rng": {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if cuda else None,
+                "rng": {"torch": torch.get_rng_state(),
+                        "cuda": torch.cuda.get_rng_state_all() if cuda else None,
                         "data": data_gen.get_state(), "loops": loop_gen.get_state()},
-                "curriculum": {"index": curriculum.index, "stage_acc": curriculum.stage_acc} if curriculum else None,
+                "curriculum": ({"index": curriculum.index, "stage_acc": curriculum.stage_acc}
+                               if curriculum else None),
             })
         if reason is not None:
             break
@@ -338,7 +347,8 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
     if status != "failed" and proxy.elastic is not None:
         for k in proxy.elastic.eval:
             m = evaluate(model, task, fixed_eval, autocast, config.seed, loops=k)
-            points.append(ElasticPoint(k=k, quality=m[metric], compute=projection_compute(proxy, k), metrics=m))
+            points.append(ElasticPoint(k=k, quality=m[metric], compute=projection_compute(proxy, k),
+                                       metrics=m))
     quality = float(curriculum.n_max) if curriculum else final.get(metric)
     result = TrainResult(
         status=status, reason=reason, task=config.task, steps=step, tokens=tokens,

@@ -184,13 +184,16 @@ def test_loop_groups_partition_the_batch():
 
 def test_state_tracking_curriculum_promotes_and_stops():
     model = arch("tiny_noloop")
-    easy = train(model, config(task="state_tracking", task_params={}, steps=None, eval_every=2,
-                               curriculum=CurriculumConfig(stages=(4, 6), threshold=0.05, stage_steps=4)))
+    def run(threshold):
+        stages = CurriculumConfig(stages=(4, 6), threshold=threshold, stage_steps=4)
+        return train(model, config(task="state_tracking", task_params={}, steps=None, eval_every=2,
+                                   curriculum=stages))
+
+    easy = run(threshold=0.05)
     assert easy.status == "ok" and easy.reason == "every curriculum stage solved"
     assert easy.quality_metric == "n_max" and easy.quality == 6
     assert set(easy.curriculum["stage_acc"]) == {4, 6} and easy.steps == 4
-    hard = train(model, config(task="state_tracking", task_params={}, steps=None, eval_every=2,
-                               curriculum=CurriculumConfig(stages=(4, 6), threshold=1.0, stage_steps=4)))
+    hard = run(threshold=1.0)
     assert hard.quality == 0 and hard.steps == 4 and "unsolved" in hard.reason
     assert hard.vocab == {"spec": 256, "task": 6 + 5} and hard.arch.model.vocab_size == 11
 
@@ -199,8 +202,9 @@ def test_lm_proxy_end_to_end(tmp_path):
     text = tmp_path / "corpus.txt"
     text.write_text("\n\n".join(f"paragraph {i}: the quick brown fox jumps over the lazy dog "
                                 f"{i * 7 % 13} times." for i in range(200)))
-    result = train(arch("tiny_noloop"), config(task="lm", task_params={"data_files": str(text), "seq_len": 32},
-                                               steps=None, tokens=8 * 32 * 6, eval_every=3))
+    task = {"data_files": str(text), "seq_len": 32}
+    result = train(arch("tiny_noloop"), config(task="lm", task_params=task, steps=None,
+                                               tokens=8 * 32 * 6, eval_every=3))
     assert result.status == "ok" and result.steps == 6 and result.tokens == 6 * 8 * 32
     assert result.quality_metric == "eval_loss" and not result.higher_is_better
     assert result.final["eval_loss"] < math.log(256)
@@ -242,9 +246,10 @@ def test_config_and_schedule():
 def test_cli_train_json(capsys, tmp_path):
     from runners.cli import main
 
-    rc = main(["train", "tiny_noloop", "--task", "mqar", "--steps", "2", "--json", "--out", str(tmp_path),
-               "--set", "task.vocab_size=16", "--set", "task.seq_len=16", "--set", "task.num_kv_pairs=2",
-               "--set", "batch_size=4", "--set", "progress=false"])
+    sets = ["task.vocab_size=16", "task.seq_len=16", "task.num_kv_pairs=2", "batch_size=4",
+            "progress=false"]
+    rc = main(["train", "tiny_noloop", "--task", "mqar", "--steps", "2", "--json",
+               "--out", str(tmp_path), *(arg for s in sets for arg in ("--set", s))])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "ok" and out["steps"] == 2 and len(out["losses"]) == 2

@@ -11,7 +11,8 @@ from . import app
 from .common import JsonOpt, OutOpt, SpecArg, UsageError, console, load
 
 TaskOpt = Annotated[str, typer.Option("--task", help="Proxy task: mqar, state_tracking, s5, lm.")]
-StepsOpt = Annotated[int | None, typer.Option("--steps", help="Optimizer steps (default 200 without --tokens).")]
+StepsOpt = Annotated[int | None, typer.Option(
+    "--steps", help="Optimizer steps (default 200 without --tokens).")]
 TokensOpt = Annotated[int | None, typer.Option("--tokens", help="Token budget instead of --steps.")]
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="key=value (YAML value): a trainer field (lr=1e-3, curriculum.stage_steps=200) "
@@ -85,8 +86,8 @@ def report(result) -> Table:
     rows += result.final.items()
     if result.curriculum:
         rows += [(f"acc @ n={n}", acc) for n, acc in result.curriculum["stage_acc"].items()]
-    rows += [(f"k={p.k}: {result.quality_metric} / FLOPs per token", f"{p.quality:.4f} / {p.compute:.4g}")
-             for p in result.elastic]
+    rows += [(f"k={p.k}: {result.quality_metric} / FLOPs per token",
+              f"{p.quality:.4f} / {p.compute:.4g}") for p in result.elastic]
     rows.append(("wall time (s)", result.wall_time))
     for name, value in rows:
         table.add_row(str(name), f"{value:.4f}" if isinstance(value, float) else str(value))
