@@ -11,6 +11,8 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from builders.model import LoopLM  # also registers every op builder
+from builders.registry import BuildCtx, build_op
 from nas import load_arch, resolve, unroll
 from nas.load import spec_from_dict
 from nas.cost import (
@@ -447,10 +449,6 @@ def test_swiglu_params_equal_fla(fla, d, h):
 @pytest.fixture(scope="module")
 def build():
     """The compiler's own op builder (torch backend)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pytest.importorskip("builders.ops_registry")  # registers the op builders
-        from builders.registry import BuildCtx, build_op
     return lambda spec, d: build_op(spec, BuildCtx(width=d))
 
 
@@ -483,9 +481,6 @@ def test_moe_params_equal_builder(build, d, e, k, eh, sh):
 @pytest.mark.parametrize("name", [n for n in arch_names() if n.startswith("tiny_")])
 def test_unique_params_equal_compiled_model(name):
     """Every parameter of the compiled model, loop extras and shared ρ included."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        LoopLM = pytest.importorskip("builders.model").LoopLM
     a = shipped(name)
     model = LoopLM(a)
     assert unique_params(a) == numel(model)
