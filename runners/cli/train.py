@@ -81,8 +81,8 @@ def report(result) -> Table:
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = [("steps", result.steps), ("tokens", result.tokens), ("params", result.params)]
-    if result.quality_metric not in result.final:
-        rows.append((result.quality_metric, result.quality))
+    if result.curriculum:
+        rows.append(("n_max", result.curriculum["n_max"]))
     rows += result.final.items()
     if result.curriculum:
         rows += [(f"acc @ n={n}", acc) for n, acc in result.curriculum["stage_acc"].items()]
