@@ -31,24 +31,15 @@ def _linear(kind: str, kwargs: dict, ctx: BuildCtx) -> nn.Module:
     return linear_mixers.TORCH_LAYERS[kind](**kwargs)
 
 
-@register(GDNSpec)
-def _gdn(spec: GDNSpec, ctx: BuildCtx) -> nn.Module:
-    return _linear("gdn", _fields(spec), ctx)
+def _linear_builder(kind: str):
+    def build(spec, ctx: BuildCtx) -> nn.Module:
+        return _linear(kind, _fields(spec), ctx)
+    return build
 
 
-@register(DeltaNetSpec)
-def _deltanet(spec: DeltaNetSpec, ctx: BuildCtx) -> nn.Module:
-    return _linear("deltanet", _fields(spec), ctx)
-
-
-@register(KDASpec)
-def _kda(spec: KDASpec, ctx: BuildCtx) -> nn.Module:
-    return _linear("kda", _fields(spec), ctx)
-
-
-@register(Mamba2Spec)
-def _mamba2(spec: Mamba2Spec, ctx: BuildCtx) -> nn.Module:
-    return _linear("mamba2", _fields(spec), ctx)
+for _spec_type, _kind in ((GDNSpec, "gdn"), (DeltaNetSpec, "deltanet"), (KDASpec, "kda"),
+                          (Mamba2Spec, "mamba2")):
+    register(_spec_type)(_linear_builder(_kind))
 
 
 def _attn_kwargs(spec, ctx: BuildCtx) -> dict:
