@@ -12,6 +12,7 @@ n solved, with the best eval accuracy reached at every stage. One seed, CPU, one
 
     python experiments/loop_vs_mixer.py                    # writes experiments/results/
     python experiments/loop_vs_mixer.py --stage-steps 50   # a quick smoke run
+    python experiments/loop_vs_mixer.py --stage-steps 1500 --models gdn_noloop,gdn_fullloop --tag long
 """
 from __future__ import annotations
 
@@ -40,20 +41,22 @@ LOOPS = {
 MODELS = [("gdn", "noloop"), ("gdn", "mixerloop"), ("gdn", "fullloop"), ("attn", "noloop"), ("attn", "fullloop")]
 
 
-def source(mixer: str, loop: str, vocab: int, ffn: int = REF_FFN, target: float | None = None) -> dict:
+def source(mixer: str, loop: str, vocab: int, ffn: int = REF_FFN, target: float | None = None,
+           loops: int = T) -> dict:
     spec = {"name": f"{mixer}_{loop}", "model": {"vocab_size": vocab, "width": WIDTH},
             "num_layers": LAYERS, "layer": {"mixer": MIXERS[mixer], "ffn": {"kind": "swiglu", "hidden_size": ffn}}}
     if LOOPS[loop] is not None:
-        spec["loop"] = LOOPS[loop]
+        spec["loop"] = {**LOOPS[loop], "T": loops}
     if target is not None:
         spec["match"] = {"unique_params": target, "vary": "ffn_hidden", "tolerance": 0.01}
     return spec
 
 
-def matched_archs(vocab: int) -> dict[str, object]:
+def matched_archs(vocab: int, loops: int = T, names: set[str] | None = None) -> dict[str, object]:
     """Every model at the unique-parameter count of GDN NoLoop with FFN hidden 128."""
     target = unique_params(resolve(spec_from_dict(source("gdn", "noloop", vocab))))
-    return {f"{m}_{l}": resolve(spec_from_dict(source(m, l, vocab, target=target))) for m, l in MODELS}
+    return {f"{m}_{l}": resolve(spec_from_dict(source(m, l, vocab, target=target, loops=loops)))
+            for m, l in MODELS if names is None or f"{m}_{l}" in names}
 
 
 def main() -> None:
@@ -63,6 +66,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--loops", type=int, default=T, help="T of the looped models")
+    parser.add_argument("--models", default=None, help="comma-separated subset, e.g. gdn_noloop,attn_fullloop")
+    parser.add_argument("--tag", default="", help="suffix of the result files")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -72,7 +78,8 @@ def main() -> None:
                          batch_size=args.batch_size, lr=args.lr, min_lr=args.lr / 10, warmup_steps=10,
                          eval_every=25, eval_batches=4, seed=args.seed, progress=False)
     rows = []
-    for name, arch in matched_archs(vocab).items():
+    names = set(args.models.split(",")) if args.models else None
+    for name, arch in matched_archs(vocab, args.loops, names).items():
         start = time.perf_counter()
         result = train(arch, config)
         row = {"model": name, "unique_params": unique_params(arch),
@@ -89,16 +96,18 @@ def main() -> None:
 
 def write(rows: list[dict], args, stages: tuple[int, ...]) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "loop_vs_mixer.csv", "w", newline="") as f:
+    stem = "loop_vs_mixer" + (f"_{args.tag}" if args.tag else "")
+    with open(args.out / f"{stem}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     head = list(rows[0])
-    lines = [f"# loop_vs_mixer: state tracking + recall curriculum (stages {list(stages)}, "
-             f"{args.stage_steps} steps per stage, batch {args.batch_size}, lr {args.lr}, seed {args.seed})", "",
+    lines = [f"# {stem}: state tracking + recall curriculum (stages {list(stages)}, "
+             f"{args.stage_steps} steps per stage, T={args.loops}, batch {args.batch_size}, lr {args.lr}, "
+             f"seed {args.seed})", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(r[k]) for k in head) + " |" for r in rows]
-    (args.out / "loop_vs_mixer.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
