@@ -361,7 +361,9 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
         wall_time=time.perf_counter() - start, arch=proxy,
     )
     if out is not None:
-        (out / "result.json").write_text(result.model_dump_json(indent=2))
+        tmp = out / "result.json.tmp"
+        tmp.write_text(result.model_dump_json(indent=2))
+        os.replace(tmp, out / "result.json")  # readers never see a half-written result
     return result
 
 
