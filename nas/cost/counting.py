@@ -1,0 +1,126 @@
+"""The execution plan, arithmetically: how often each sublayer runs at a loop count
+(:class:`Counts`), as what op each application runs (loop-level schedule overrides, switch
+options), without building the plan tree."""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import NamedTuple
+
+from ..lower import ratio_counts
+from ..spec import ArchSpec, AttnSpec, DSASpec, NSASpec, Spec, SwitchSpec
+
+# ops as run (schedule overrides here, per-op profiles in .sheet, which clears it at 2**16)
+_CACHE: dict[tuple, tuple] = {}
+
+
+def _key(op: Spec) -> tuple:
+    """An op's identity as plain values: hashing it is far cheaper than pydantic's
+    ``__hash__`` / ``__eq__`` on the model."""
+    return type(op), tuple(op.__dict__.values())
+
+
+class Counts(NamedTuple):
+    """How often things run in one forward pass at a loop count.
+
+    ``apps[f]``: applications of flat sublayer f (``2·layer + (0 mixer | 1 ffn)``), the
+    product of ``T`` over the regions containing it (loops nest or are disjoint);
+    ``updates[j]``: iterations after the first of region j, ``(T_j − 1)·Π T`` of the
+    regions around it; ``T[j]``: region j's loop count; ``routed[f]``: applications that
+    route afresh, the product of ``T`` over the regions containing f without routing replay
+    (a replay region's later iterations reuse the routing of its first, as the executor
+    does, and ELR's replay saves the router evaluations)."""
+
+    apps: tuple[int, ...]
+    updates: tuple[int, ...]
+    T: tuple[int, ...]
+    routed: tuple[int, ...]
+
+
+def counts(arch: ArchSpec, loops: int | None = None) -> Counts:
+    """Equals :func:`nas.plan.applications` (tested) without building the plan tree.
+
+    Regions sorted by (start, −end) meet their enclosing regions first, so a stack of
+    (end, Π T inside) gives each region the product of the loop counts around it."""
+    spans = [(r.start.flat, r.end.flat) for r in arch.loops]
+    ts = tuple(r.T if loops is None else loops for r in arch.loops)
+    apps, routed = [1] * (2 * len(arch.layers)), [1] * (2 * len(arch.layers))
+    for (a, b), t, r in zip(spans, ts, arch.loops):
+        for f in range(a, b + 1):
+            apps[f] *= t
+            routed[f] *= 1 if r.routing_replay else t
+    updates = [0] * len(spans)
+    stack: list[tuple[int, int]] = []
+    for j in sorted(range(len(spans)), key=lambda j: (spans[j][0], -spans[j][1])):
+        a, b = spans[j]
+        while stack and stack[-1][0] < a:
+            stack.pop()
+        outer = stack[-1][1] if stack else 1
+        updates[j] = (ts[j] - 1) * outer
+        stack.append((b, outer * ts[j]))
+    return Counts(tuple(apps), tuple(updates), ts, tuple(routed))
+
+
+def with_override(op: Spec, window, topk) -> Spec:
+    """``op`` as one scheduled iteration runs it: ``window`` (``"full"`` → none) for
+    attn/nsa, ``topk`` for dsa; None leaves a field alone. Cached."""
+    key = ("override", _key(op), window, topk)
+    out = _CACHE.get(key)
+    if out is None:
+        update = {}
+        if window is not None and isinstance(op, (AttnSpec, NSASpec)):
+            update["window"] = None if window == "full" else window
+        if topk is not None and isinstance(op, DSASpec):
+            update["topk"] = topk
+        out = _CACHE[key] = op.model_copy(update=update) if update else op
+    return out
+
+
+def mixer_settings(arch: ArchSpec, layer: int, c: Counts) -> list[tuple[int, Spec]]:
+    """``(applications, mixer as run)`` for one layer's mixer under loop-level schedules.
+
+    An application inside iteration t of region j takes j's overrides for (t, layer);
+    regions are applied outer to inner, so the innermost override wins (as the executor
+    does). Each iteration combination of the scheduling regions covers an equal share of
+    the applications; iterations beyond a schedule (elastic k > T) run the mixer as is."""
+    mixer, apps = arch.layers[layer].mixer, c.apps[2 * layer]
+    regs = []
+    for r, t in zip(arch.loops, c.T):
+        own = {o.iteration: o for o in r.schedule if o.layer == layer}
+        if own and r.start.flat <= 2 * layer <= r.end.flat:
+            regs.append((r.start.flat - r.end.flat, t, own))
+    if not regs:
+        return [(apps, mixer)]
+    regs.sort(key=lambda x: x[0])
+    share = apps // math.prod(t for _, t, _ in regs)
+    runs: dict[tuple, int] = {}
+    for combo in itertools.product(*(range(t) for _, t, _ in regs)):
+        window = topk = None
+        for (_, _, own), it in zip(regs, combo):
+            o = own.get(it)
+            if o is not None:
+                window = o.window if o.window is not None else window
+                topk = o.topk if o.topk is not None else topk
+        runs[window, topk] = runs.get((window, topk), 0) + share
+    return [(k, with_override(mixer, w, tk)) for (w, tk), k in runs.items()]
+
+
+def switch_weights(arch: ArchSpec) -> tuple[float, ...] | None:
+    """Probability of each switch option in a layer: a resampled pattern is a random
+    permutation of ``ratio_counts(ratio, L)`` names, so option i lands in a given layer
+    with probability ``count_i / L`` (options are in ratio order)."""
+    rp = arch.random_placement
+    if rp is None:
+        return None
+    n = ratio_counts(rp.ratio, len(arch.layers))
+    return tuple(n[name] / len(arch.layers) for name in rp.ratio)
+
+
+def layer_choices(mixer: Spec, weights: tuple[float, ...] | None) -> tuple[tuple[float, Spec], ...]:
+    """``(probability, op)`` pairs a layer's mixer runs as: itself, or a switch's options."""
+    if not isinstance(mixer, SwitchSpec):
+        return ((1.0, mixer),)
+    k = len(mixer.options)
+    w = weights if weights is not None and len(weights) == k else (1 / k,) * k
+    return tuple(zip(w, mixer.options))
+

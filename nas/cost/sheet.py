@@ -1,0 +1,339 @@
+"""The cost sheet of a canonical spec: per-op rows summed over the plan's applications,
+loop extras, projection compute, unique parameters, training FLOPs and inference memory."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ..plan import max_loops
+from ..spec import ArchSpec, MoESpec, NoFFNSpec, Spec, SwitchSpec
+from .counting import _CACHE, Counts, _key, counts, layer_choices, mixer_settings, switch_weights
+from .ops import op_active_params, op_kv_elements, op_params, op_seq_flops, op_state_elements
+
+DEFAULT_SEQ_LEN = 1024
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+class OpCost(NamedTuple):
+    """One sublayer; FLOPs per token summed over its applications, memory per sequence."""
+
+    layer: int
+    op: str
+    kind: str
+    params: int
+    applications: int
+    projection_flops: float
+    seq_mixing_flops: float
+    kv_cache_bytes: int
+    state_bytes: int
+
+
+class ExtraCost(NamedTuple):
+    """One loop-extra parameter tensor (named as in the model) and its matmul FLOPs."""
+
+    name: str
+    params: int
+    flops: float
+
+
+class ProjectionFlops(NamedTuple):
+    """Projection compute per token: Σ applications · C_A, Σ applications · C_F, C_H."""
+
+    mixer: float
+    ffn: float
+    head: float
+
+    @property
+    def total(self) -> float:
+        return self.mixer + self.ffn + self.head
+
+
+class Figures(NamedTuple):
+    """Everything that depends on the loop count (``loops=None``: each region's own T)."""
+
+    loops: int | None
+    projection: ProjectionFlops
+    loop_extra_flops: float
+    seq_mixing_flops: float
+    kv_cache_bytes: int
+    state_bytes: int
+    ops: tuple[OpCost, ...]
+    extras: tuple[ExtraCost, ...]
+
+    @property
+    def forward_flops(self) -> float:
+        """Projection + loop extras + sequence mixing, per token of one forward pass."""
+        return self.projection.total + self.loop_extra_flops + self.seq_mixing_flops
+
+
+def _extras(arch: ArchSpec, c: Counts) -> tuple[ExtraCost, ...]:
+    """Loop-extra parameters (m = :func:`max_loops`) and their matmul FLOPs per token.
+
+    ρ (m, d): one ``rho`` for all regions with a shared residual gate, else one per region;
+    gated step ``gate`` Linear(2d, d) + bias, run from the second iteration on:
+    ``2·(2d² + d)`` per update; concat re-injection Linear(2d, d): ``2·2d²`` per update;
+    diagonal re-injection two (d) vectors; conditioning tables (m, d): ``index_emb``, and
+    ``budget_emb`` for ``index_budget``. Elementwise ones cost no FLOPs."""
+    d, m = arch.model.width, max_loops(arch)
+    out = []
+    if any(r.update.kind == "residual_gate" and r.update.shared for r in arch.loops):
+        out.append(ExtraCost("rho", m * d, 0.0))
+    for j, (r, ups) in enumerate(zip(arch.loops, c.updates)):
+        u, p = r.update, f"loops.{j}."
+        if u.kind == "residual_gate" and not u.shared:
+            out.append(ExtraCost(p + "rho", m * d, 0.0))
+        elif u.kind == "gated_step":
+            out.append(ExtraCost(p + "gate", 2 * d * d + d, 2.0 * (2 * d * d + d) * ups))
+        elif u.kind == "reinject" and u.mode == "concat":
+            out.append(ExtraCost(p + "reinject", 2 * d * d, 4.0 * d * d * ups))
+        elif u.kind == "reinject" and u.mode == "diagonal":
+            out += [ExtraCost(p + "reinject_a", d, 0.0), ExtraCost(p + "reinject_b", d, 0.0)]
+        if r.conditioning != "none":
+            out.append(ExtraCost(p + "index_emb", m * d, 0.0))
+        if r.conditioning == "index_budget":
+            out.append(ExtraCost(p + "budget_emb", m * d, 0.0))
+    return tuple(out)
+
+
+class _Static(NamedTuple):
+    params: int
+    active: int
+    state: int
+
+
+class _Profile(NamedTuple):
+    params: int
+    active: int
+    state: int
+    seq: float
+    kv: int
+
+
+def _static(op: Spec, d: int) -> _Static:
+    """Parameters, active parameters and state elements of one op, cached."""
+    key = (_key(op), d)
+    s = _CACHE.get(key)
+    if s is None:
+        if len(_CACHE) >= 1 << 16:
+            _CACHE.clear()
+        if isinstance(op, SwitchSpec):  # priced per option, see layer_choices
+            s = _CACHE[key] = _Static(op_params(op, d), 0, 0)
+        else:
+            s = _CACHE[key] = _Static(op_params(op, d), op_active_params(op, d), op_state_elements(op, d))
+    return s
+
+
+def _profile(op: Spec, d: int, n: int) -> _Profile:
+    """:func:`_static` plus the context-dependent sequence FLOPs and KV elements, cached."""
+    key = (_key(op), d, n)
+    p = _CACHE.get(key)
+    if p is None:
+        if len(_CACHE) >= 1 << 16:
+            _CACHE.clear()
+        p = _CACHE[key] = _Profile(*_static(op, d), op_seq_flops(op, d, n), op_kv_elements(op, d, n))
+    return p
+
+
+def _scheduled(arch: ArchSpec) -> frozenset[int]:
+    return frozenset(o.layer for r in arch.loops for o in r.schedule)
+
+
+def _layer_profiles(arch: ArchSpec, n: int) -> list[tuple[_Profile | None, _Profile]]:
+    """(mixer, ffn) profiles per layer; None where the mixer is priced per application
+    setting (a loop-level schedule or a switch), see :func:`_general_mixer_row`."""
+    d, scheduled = arch.model.width, _scheduled(arch)
+    return [(None if i in scheduled or isinstance(l.mixer, SwitchSpec) else _profile(l.mixer, d, n),
+             _profile(l.ffn, d, n)) for i, l in enumerate(arch.layers)]
+
+
+def _general_mixer_row(arch: ArchSpec, i: int, c: Counts, n: int, nbytes: int, weights) -> OpCost:
+    """A mixer whose applications differ (schedule overrides) or that is a switch.
+
+    KV: ``per_loop`` keeps a cache per application, ``last_loop`` one per layer sized for
+    the widest window it runs with; recurrent state is per application (each application
+    reads its own input sequence, as ELR keeps per-loop state)."""
+    d, mixer = arch.model.width, arch.layers[i].mixer
+    proj = seq = 0.0
+    kv_apps = kv_max = state = 0
+    for share, op in mixer_settings(arch, i, c):
+        profiles = [(w, _profile(ch, d, n)) for w, ch in layer_choices(op, weights)]
+        proj += share * sum(w * 2 * p.active for w, p in profiles)
+        seq += share * sum(w * p.seq for w, p in profiles)
+        kv = max(p.kv for _, p in profiles)
+        kv_apps, kv_max = kv_apps + share * kv, max(kv_max, kv)
+        state += share * max(p.state for _, p in profiles)
+    kv = kv_max if arch.kv_policy == "last_loop" else kv_apps
+    return OpCost(i, "mixer", mixer.kind, _static(mixer, d).params, c.apps[2 * i], proj, seq,
+                  kv * nbytes, state * nbytes)
+
+
+def _ffn_flops(op: Spec, d: int, c: Counts, layer: int, active: int) -> float:
+    """Σ applications · C_F of one FFN, less the router (d × E) in the applications that
+    replay a routing instead of routing afresh."""
+    f = 2 * layer + 1
+    router = d * op.num_experts if isinstance(op, MoESpec) else 0
+    return 2.0 * (c.apps[f] * active - (c.apps[f] - c.routed[f]) * router)
+
+
+def _figures(arch: ArchSpec, loops: int | None, n: int, nbytes: int, weights,
+             profiles: list[tuple[_Profile | None, _Profile]]) -> Figures:
+    """One pass over the layers at a loop count; same KV/state rules as
+    :func:`_general_mixer_row`, with every application of a mixer alike."""
+    c, layers = counts(arch, loops), arch.layers
+    kv_runs = arch.kv_policy != "last_loop"
+    rows: list[OpCost] = []
+    mixer = ffn = seq = 0.0
+    kv = state = 0
+    for i, (mp, fp) in enumerate(profiles):
+        apps = c.apps[2 * i]
+        if mp is None:
+            row = _general_mixer_row(arch, i, c, n, nbytes, weights)
+        else:
+            row = OpCost(i, "mixer", layers[i].mixer.kind, mp.params, apps, 2.0 * apps * mp.active,
+                         apps * mp.seq, mp.kv * (apps if kv_runs else 1) * nbytes, apps * mp.state * nbytes)
+        mixer, seq = mixer + row.projection_flops, seq + row.seq_mixing_flops
+        kv, state = kv + row.kv_cache_bytes, state + row.state_bytes
+        apps = c.apps[2 * i + 1]
+        rows += (row, OpCost(i, "ffn", layers[i].ffn.kind, fp.params, apps,
+                             _ffn_flops(layers[i].ffn, arch.model.width, c, i, fp.active), 0.0, 0, 0))
+        ffn += rows[-1].projection_flops
+    extras = _extras(arch, c)
+    return Figures(loops, ProjectionFlops(mixer, ffn, 2.0 * arch.model.vocab_size * arch.model.width),
+                   sum(e.flops for e in extras), seq, kv, state, tuple(rows), extras)
+
+
+def projection_flops(arch: ArchSpec, loops: int | None = None) -> ProjectionFlops:
+    """Projection compute per token (MixerLoop §3.3) at a loop count; see the :mod:`nas.cost`
+    docstring."""
+    d, c, weights, scheduled = arch.model.width, counts(arch, loops), switch_weights(arch), _scheduled(arch)
+    mixer = ffn = 0.0
+    for i, layer in enumerate(arch.layers):
+        if i in scheduled or isinstance(layer.mixer, SwitchSpec):
+            for share, op in mixer_settings(arch, i, c):
+                mixer += share * sum(w * 2 * _static(ch, d).active for w, ch in layer_choices(op, weights))
+        else:
+            mixer += 2 * c.apps[2 * i] * _static(layer.mixer, d).active
+        ffn += _ffn_flops(layer.ffn, d, c, i, _static(layer.ffn, d).active)
+    return ProjectionFlops(mixer, ffn, 2.0 * arch.model.vocab_size * d)
+
+
+def norm_params(arch: ArchSpec) -> int:
+    """``mixer_norm`` and ``ffn_norm`` per layer (no ``ffn_norm`` without an FFN) and the
+    final ``norm``: d each, 2d for layernorm (weight + bias)."""
+    size = arch.model.width * (2 if arch.model.norm.kind == "layernorm" else 1)
+    return size * (1 + sum(2 - isinstance(l.ffn, NoFFNSpec) for l in arch.layers))
+
+
+def embedding_params(arch: ArchSpec) -> int:
+    """``embed`` (V, d), plus ``lm_head`` (V, d) when embeddings are untied."""
+    return arch.model.vocab_size * arch.model.width * (1 if arch.model.tie_embeddings else 2)
+
+
+def unique_params(arch: ArchSpec) -> int:
+    """Every parameter of the compiled model, each shared tensor once."""
+    d = arch.model.width
+    ops = sum(_static(l.mixer, d).params + _static(l.ffn, d).params for l in arch.layers)
+    extras = sum(e.params for e in _extras(arch, counts(arch)))
+    return embedding_params(arch) + norm_params(arch) + ops + extras
+
+
+@dataclass(frozen=True)
+class CostSheet:
+    """The priced spec. ``figures``: at each region's own T; ``per_k``: one per elastic
+    evaluation loop count. Memory is per sequence of ``seq_len`` tokens at ``dtype``."""
+
+    name: str
+    seq_len: int
+    dtype: str
+    tokens: int | None
+    unique_params: int
+    embedding_params: int
+    norm_params: int
+    figures: Figures
+    per_k: tuple[Figures, ...]
+    train_flops_per_token: float
+
+    @property
+    def non_embedding_params(self) -> int:
+        """Unique parameters less ``embed`` and (untied) ``lm_head``."""
+        return self.unique_params - self.embedding_params
+
+    @property
+    def projection_flops_per_token(self) -> float:
+        return self.figures.projection.total
+
+    @property
+    def train_flops(self) -> float | None:
+        """Training FLOPs of a run of ``tokens`` tokens."""
+        return None if self.tokens is None else self.train_flops_per_token * self.tokens
+
+    def at(self, k: int) -> Figures:
+        """The figures of elastic evaluation loop count ``k``."""
+        for f in self.per_k:
+            if f.loops == k:
+                return f
+        raise KeyError(f"no figures for k={k}; evaluated loop counts: {[f.loops for f in self.per_k]}")
+
+    def to_dict(self) -> dict:
+        out = {"name": self.name, "seq_len": self.seq_len, "dtype": self.dtype,
+               "tokens": self.tokens, "unique_params": self.unique_params,
+               "non_embedding_params": self.non_embedding_params,
+               "embedding_params": self.embedding_params, "norm_params": self.norm_params,
+               **_figures_dict(self.figures),
+               "train_flops_per_token": _num(self.train_flops_per_token),
+               "train_flops": None if self.train_flops is None else _num(self.train_flops)}
+        if self.per_k:
+            out["per_k"] = {str(f.loops): _figures_dict(f) for f in self.per_k}
+        out["ops"] = [{k: _num(v) for k, v in r._asdict().items()} for r in self.figures.ops]
+        out["extras"] = [{k: _num(v) for k, v in e._asdict().items()} for e in self.figures.extras]
+        return out
+
+
+def _num(x):
+    return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
+def _figures_dict(f: Figures) -> dict:
+    p = f.projection
+    return {"projection_flops_per_token": _num(p.total),
+            "projection_flops_breakdown": {"mixer": _num(p.mixer), "ffn": _num(p.ffn), "head": _num(p.head)},
+            "loop_extra_flops_per_token": _num(f.loop_extra_flops),
+            "seq_mixing_flops_per_token": _num(f.seq_mixing_flops),
+            "forward_flops_per_token": _num(f.forward_flops),
+            "kv_cache_bytes": f.kv_cache_bytes, "state_bytes": f.state_bytes}
+
+
+def _train_forward(arch: ArchSpec, fig) -> float:
+    """Forward FLOPs per training token. Without elastic depth: at each region's T. With
+    it: 1 loop before ``switch_at`` (ELR switches a trained 1-loop model to mixed depth),
+    then the ``train`` distribution's expectation."""
+    if arch.elastic is None:
+        return fig(None).forward_flops
+    dist = arch.elastic.train
+    mixed = sum(w * fig(k).forward_flops for k, w in zip(dist.values, dist.weights)) / sum(dist.weights)
+    s = arch.elastic.switch_at
+    return s * fig(1).forward_flops + (1 - s) * mixed if s else mixed
+
+
+def cost(arch: ArchSpec, seq_len: int = DEFAULT_SEQ_LEN, dtype: str = "bf16",
+         tokens: int | None = None) -> CostSheet:
+    """Price a canonical spec. Training FLOPs per token are 3 × forward (the backward pass
+    costs twice the forward: gradients with respect to activations and to weights)."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype {dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
+    nbytes, weights = DTYPE_BYTES[dtype], switch_weights(arch)
+    profiles = _layer_profiles(arch, seq_len)
+    by_t: dict[tuple[int, ...], Figures] = {}
+
+    def fig(k: int | None) -> Figures:
+        ts = tuple(r.T if k is None else k for r in arch.loops)
+        if ts not in by_t:
+            by_t[ts] = _figures(arch, k, seq_len, nbytes, weights, profiles)
+        return by_t[ts]._replace(loops=k)
+
+    main = fig(None)
+    per_k = tuple(fig(k) for k in arch.elastic.eval) if arch.elastic is not None else ()
+    params = (embedding_params(arch) + norm_params(arch) + sum(r.params for r in main.ops)
+              + sum(e.params for e in main.extras))
+    return CostSheet(arch.name, seq_len, dtype, tokens, params, embedding_params(arch),
+                     norm_params(arch), main, per_k, 3 * _train_forward(arch, fig))
