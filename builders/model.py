@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas.lower import ratio_counts
-from nas.plan import Loop, Node, Step, max_loops, plan
+from nas.plan import Loop, Node, Step, max_loops, plan, unroll
 from nas.spec import ArchSpec, MoESpec, NoFFNSpec, NormSpec, SwitchSpec
 
 from . import ops_registry  # noqa: F401  (registers every op builder)
@@ -101,7 +101,6 @@ class LoopLM(nn.Module):
 
     def unrolled_depth(self) -> int:
         """Sublayer applications in one forward pass at the spec's loop counts."""
-        from nas.plan import unroll
         return sum(1 for _ in unroll(self.plan()))
 
     def reset_parameters(self) -> None:
