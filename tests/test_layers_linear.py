@@ -35,16 +35,9 @@ with warnings.catch_warnings():
     from fla.ops.kda.gate import naive_kda_gate, naive_kda_lowerbound_gate
     from fla.ops.kda.naive import naive_recurrent_kda
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP contention on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
-
-pytestmark = pytest.mark.filterwarnings("ignore:ShortConvolution is crucial")
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.filterwarnings("ignore:ShortConvolution is crucial")]
 
 F64 = dict(atol=1e-9, rtol=1e-9)
 F32 = dict(atol=2e-4, rtol=2e-4)

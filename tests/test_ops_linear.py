@@ -36,14 +36,8 @@ with warnings.catch_warnings():
     from fla.ops.kda.naive import naive_chunk_kda, naive_recurrent_kda
     from fla.ops.simple_gla.naive import naive_recurrent_simple_gla
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP contention on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 F64 = dict(atol=1e-9, rtol=1e-9)
 F32 = dict(atol=2e-4, rtol=2e-4)
