@@ -6,20 +6,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from nas.graph import describe
 from nas.load import dump_yaml
 from nas.plan import applications
+from nas.spec import OpAddr
 
 from . import app
 from .common import SpecArg, console, load
-
-
-def _describe_mixer(m) -> str:
-    if m.kind in ("parallel", "switch"):
-        subs = m.branches if m.kind == "parallel" else m.options
-        sep = " | " if m.kind == "parallel" else " / "
-        return f"{m.kind}({sep.join(_describe_mixer(b) for b in subs)})"
-    window = getattr(m, "window", None)
-    return f"{m.kind}" + (f"[w={window}]" if window else "")
 
 
 def summary(arch) -> Table:
@@ -31,9 +24,9 @@ def summary(arch) -> Table:
     for i, layer in enumerate(arch.layers):
         regions = [str(j) for j, r in enumerate(arch.loops)
                    if r.start.flat <= 2 * i + 1 and 2 * i <= r.end.flat]
-        mixer_runs = next(v for k, v in runs.items() if k.layer == i and k.op == "mixer")
-        ffn_runs = next(v for k, v in runs.items() if k.layer == i and k.op == "ffn")
-        table.add_row(str(i), _describe_mixer(layer.mixer), layer.ffn.kind, str(mixer_runs),
+        mixer_runs = runs[OpAddr(layer=i, op="mixer")]
+        ffn_runs = runs[OpAddr(layer=i, op="ffn")]
+        table.add_row(str(i), describe(layer.mixer), describe(layer.ffn), str(mixer_runs),
                       str(ffn_runs), ",".join(regions) or "-")
     return table
 
