@@ -1,0 +1,20 @@
+"""The GPU check script runs its whole code path on CPU (--smoke), so it cannot rot unseen."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_check_smoke(tmp_path):
+    out = tmp_path / "gpu_check.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--smoke", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["smoke"] is True
+    assert {r["op"] for r in result["ops"]} >= {"gdn", "deltanet", "kda", "mamba2", "attn", "nsa", "swiglu"}
+    assert all("error" not in r and r["out_rel_err"] == 0.0 for r in result["ops"])
+    assert [r["spec"] for r in result["throughput"]] == ["tiny_noloop", "tiny_fullloop", "tiny_mixerloop"]
+    assert all(r["tokens_per_s"] > 0 for r in result["throughput"])
