@@ -1,6 +1,7 @@
 """YAML in, YAML out. Every failure is a :class:`SpecError` naming the source."""
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
@@ -98,15 +99,52 @@ def loads_spec(text: str, source: str | None = "<string>") -> ArchSpec:
     return spec_from_dict(parse_yaml(text, source), source)
 
 
+_LAYER_PATH = re.compile(r"^layers\[(\d+)\]\.(mixer|ffn)(?:\.(\w+))?(.*)$")
+
+
+def source_path(spec: ArchSpec, path: str) -> str:
+    """Where a problem found on the canonical ``layers[i]`` lives in what the user wrote:
+    the ``layer`` template, a ``hybrid.mixers`` entry, or ``model.defaults.<kind>``."""
+    m = _LAYER_PATH.match(path)
+    if m is None or spec.layers is not None:
+        return path
+    index, op, field, rest = int(m[1]), m[2], m[3], m[4]
+    written = getattr(spec.layer, op, None) if spec.layer is not None else None
+    kind, where = (written.kind if written is not None else None), f"layer.{op}"
+    if op == "mixer" and spec.hybrid is not None:
+        from .lower import placement
+        random = spec.hybrid.placement == "random"
+        name = list(spec.hybrid.ratio)[0] if random else placement(spec.hybrid, spec.num_layers)[index]
+        written = spec.hybrid.mixers.get(name)
+        kind = written.kind if written is not None else name
+        where = f"hybrid.mixers.{name}" if written is not None else f"hybrid.ratio.{name}"
+    if field is None:
+        return where + rest
+    explicit = written is not None and field in written.model_fields_set
+    if not explicit and field in spec.model.defaults.get(kind, {}):
+        return f"model.defaults.{kind}.{field}{rest}"
+    return f"{where}.{field}{rest}"
+
+
+def _in_source(spec: ArchSpec, problems: list[Problem]) -> list[Problem]:
+    """Problems re-pathed to the source spec, duplicates (one per templated layer) dropped."""
+    out: list[Problem] = []
+    for p in problems:
+        moved = Problem(source_path(spec, p.path), p.message)
+        if moved not in out:
+            out.append(moved)
+    return out
+
+
 def resolve(spec: ArchSpec, source: str | None = None) -> ArchSpec:
     """Lower to canonical form and validate; raises SpecError listing every problem."""
     try:
         canonical = lower(spec)
     except SpecError as exc:
-        raise exc.with_source(source) if source else exc
+        raise SpecError(_in_source(spec, exc.problems), source or exc.source) from None
     problems = validate(canonical)
     if problems:
-        raise SpecError(problems, source)
+        raise SpecError(_in_source(spec, problems), source)
     return canonical
 
 
