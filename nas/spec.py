@@ -14,16 +14,28 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
-    BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, field_validator, model_validator,
+    BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator,
 )
 
 # Caps on counts that lowering and planning turn into Python lists and loops.
 MAX_LAYERS = 4096
 MAX_LOOPS = 1024
 
-PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-LoopCount = Annotated[int, Field(gt=0, le=MAX_LOOPS)]
+
+def _no_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"should be a number, not a boolean (got {value})")
+    return value
+
+
+# Sizes are strict ints: YAML's `yes`/`on` are booleans, and 4.0 or "4" are not sizes
+# (pydantic's lax mode would take them as 1 and 4). Floats stay lax except for booleans,
+# because PyYAML reads `15.7e6` (no exponent sign) as the string "15.7e6".
+PositiveInt = Annotated[int, Field(gt=0, strict=True)]
+NonNegInt = Annotated[int, Field(ge=0, strict=True)]
+PosFloat = Annotated[float, BeforeValidator(_no_bool), Field(gt=0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, BeforeValidator(_no_bool), Field(ge=0, allow_inf_nan=False)]
+LoopCount = Annotated[int, Field(gt=0, le=MAX_LOOPS, strict=True)]
 
 
 class Spec(BaseModel):
@@ -210,7 +222,7 @@ class MoESpec(Spec):
     num_experts: PositiveInt = 8
     top_k: PositiveInt = 2
     expert_hidden: PositiveInt | None = None
-    shared_expert_hidden: Annotated[int, Field(ge=0)] = 0
+    shared_expert_hidden: NonNegInt = 0
     aux_loss_coef: NonNegFloat = 0.01
 
     @field_validator("top_k")
@@ -267,7 +279,7 @@ class ModelSpec(Spec):
 class OpAddr(Spec):
     """A sublayer: ``layer`` index and ``op`` (``mixer`` or ``ffn``)."""
 
-    layer: Annotated[int, Field(ge=0)]
+    layer: NonNegInt
     op: OpName
 
     @property
@@ -321,8 +333,8 @@ class IterOverride(Spec):
     """Loop-level schedule entry: at ``iteration`` (0-based) the mixer of ``layer`` runs
     with a different ``window`` (``full`` removes the window) or ``topk``."""
 
-    iteration: Annotated[int, Field(ge=0)]
-    layer: Annotated[int, Field(ge=0)]
+    iteration: NonNegInt
+    layer: NonNegInt
     window: PositiveInt | Literal["full"] | None = None
     topk: PositiveInt | None = None
 
@@ -351,7 +363,7 @@ class SelectSpec(Spec):
 
     ops: tuple[OpName, ...] = ("mixer",)
     kinds: tuple[str, ...] | None = None
-    layers: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] | None = None
+    layers: tuple[NonNegInt, NonNegInt] | None = None
 
 
 class LoopSugar(Spec):
@@ -371,9 +383,9 @@ class LoopSugar(Spec):
     conditioning: Literal["none", "index", "index_budget"] = "none"
     select: SelectSpec | None = None
     unit: Literal["op", "span"] = "op"
-    prelude: Annotated[int, Field(ge=0)] | None = None
+    prelude: NonNegInt | None = None
     recurrent: PositiveInt | None = None
-    coda: Annotated[int, Field(ge=0)] | None = None
+    coda: NonNegInt | None = None
     windows: tuple[PositiveInt | Literal["full"], ...] | None = None
     routing_replay: bool = False
 
