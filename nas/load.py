@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from .errors import Problem, SpecError, from_validation_error
-from .lower import lower
+from .lower import lower, placement
 from .spec import ArchSpec
 from .validate import validate
 
@@ -112,7 +112,6 @@ def source_path(spec: ArchSpec, path: str) -> str:
     written = getattr(spec.layer, op, None) if spec.layer is not None else None
     kind, where = (written.kind if written is not None else None), f"layer.{op}"
     if op == "mixer" and spec.hybrid is not None:
-        from .lower import placement
         random = spec.hybrid.placement == "random"
         name = list(spec.hybrid.ratio)[0] if random else placement(spec.hybrid, spec.num_layers)[index]
         written = spec.hybrid.mixers.get(name)
