@@ -21,7 +21,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_COMMANDS = ("validate", "show", "graph", "cost", "train")
+# Commands whose module exists are registered, in this order (a module is one command).
+_COMMANDS = ("validate", "show", "graph", "cost", "train", "sweep", "status", "report", "export",
+             "bench", "diagnose", "doctor")
 
 
 def _register() -> None:
