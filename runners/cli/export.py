@@ -1,0 +1,82 @@
+"""``loopnas export``: a spec, or a sweep's chosen trial, as a transformers model directory."""
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import app
+from .common import UsageError, console, spec_path
+
+
+class PickRule(str, Enum):
+    knee = "knee"
+    best_quality = "best-quality"
+    cheapest = "cheapest"
+
+
+class Vary(str, Enum):
+    width = "width"
+    ffn_hidden = "ffn_hidden"
+    num_layers = "num_layers"
+
+
+SourceArg = Annotated[Path, typer.Argument(
+    help="An experiment directory (with --trial or --pick), or an architecture spec (.yaml or a shipped name).",
+    show_default=False)]
+ExportOutOpt = Annotated[Path, typer.Option("--out", "-o", help="The export directory (new, or a previous export).",
+                                            show_default=False)]
+TrialOpt = Annotated[str | None, typer.Option("--trial", help="Export this trial (e.g. t0007).")]
+PickOpt = Annotated[PickRule | None, typer.Option("--pick", help="Pick a trial from the Pareto front.")]
+ScaleOpt = Annotated[float | None, typer.Option(
+    "--scale-to", help="Also write scaled/: the architecture resized to this many unique parameters (e.g. 1.3e9).",
+    show_default=False)]
+VaryOpt = Annotated[Vary, typer.Option("--vary", help="The size --scale-to varies.")]
+WeightsOpt = Annotated[bool, typer.Option("--with-weights", help="Include the trial's proxy weights (sweeps).")]
+CkptOpt = Annotated[Path | None, typer.Option(
+    "--checkpoint", help="A trainer checkpoint of the spec whose weights to include (specs).", show_default=False)]
+
+
+@app.command("export")
+def export_cmd(
+    source: SourceArg,
+    out: ExportOutOpt,
+    trial: TrialOpt = None,
+    pick: PickOpt = None,
+    with_weights: WeightsOpt = False,
+    checkpoint: CkptOpt = None,
+    scale_to: ScaleOpt = None,
+    vary: VaryOpt = Vary.width,
+) -> None:
+    """Write a directory that transformers loads with
+    AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True), without loopnas:
+    config, modeling code, spec.yaml, cost.json, README.md, optional weights, scaled/.
+
+    Examples: loopnas export experiments/quick --pick knee --with-weights --out chosen/ ;
+    loopnas export mixerloop_15m --out ml15m/ --scale-to 1.3e9
+    """
+    from runners.export import ExportError, export_spec, export_trial
+
+    is_experiment = source.is_dir()
+    try:
+        if is_experiment or trial is not None or pick is not None:
+            if checkpoint is not None:
+                raise UsageError("--checkpoint is for a spec; a trial's weights come with --with-weights")
+            result = export_trial(source, out, trial=trial, pick=pick.value if pick else None,
+                                  with_weights=with_weights, scale_to=scale_to, vary=vary.value)
+        else:
+            if with_weights and checkpoint is None:
+                raise UsageError("a spec has no trained weights: give --checkpoint CKPT")
+            result = export_spec(spec_path(source), out, checkpoint=checkpoint, scale_to=scale_to,
+                                 vary=vary.value)
+    except ExportError as exc:
+        raise UsageError(str(exc)) from None
+    console.print(f"exported {result.arch.name} to {result.out}"
+                  + (" with weights" if result.with_weights else "")
+                  + (f" (loops={result.loops})" if result.loops is not None else ""), markup=False)
+    if result.scaled is not None:
+        s = result.scaled
+        console.print(f"scaled/: {s.params:,} unique params, {s.miss:.2%} from {s.target:,.0f} "
+                      f"(vary {s.vary})", markup=False)

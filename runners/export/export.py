@@ -1,0 +1,228 @@
+"""``loopnas export``: an architecture as a directory that plain transformers loads.
+
+One export directory holds ``config.json`` (``model_type: loopnas``, ``auto_map``, the
+canonical spec), the modeling code (``configuration_loopnas.py``, ``modeling_loopnas.py``
+and flat copies of the loopnas modules they need, see :mod:`runners.export.vendor`),
+``model.safetensors`` when weights are asked for, ``spec.yaml``, ``cost.json`` and a
+``README.md``. ``--scale-to`` adds ``scaled/``: the same kind of directory, without
+weights, for the architecture resized to a parameter target by the budget matcher.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from nas.budget import match_budget
+from nas.cost import DEFAULT_SEQ_LEN, cost, unique_params
+from nas.load import dump_yaml, load_spec, resolve
+from nas.spec import ArchSpec, MatchSpec
+
+from . import vendor
+from .pick import Choice, ExportError, Pick, choose
+from .readme import readme
+
+HF_DIR = Path(__file__).parent / "hf"
+CODE = ("configuration_loopnas.py", "modeling_loopnas.py")
+AUTO_MAP = {"AutoConfig": "configuration_loopnas.LoopnasConfig",
+            "AutoModelForCausalLM": "modeling_loopnas.LoopnasForCausalLM"}
+SCALE_TOLERANCE = 0.02
+
+
+@dataclass(frozen=True)
+class Scaled:
+    arch: ArchSpec
+    target: float
+    vary: str
+
+    @property
+    def params(self) -> int:
+        return unique_params(self.arch)
+
+    @property
+    def miss(self) -> float:
+        """Relative distance of the unique parameter count from the target."""
+        return abs(self.params - self.target) / self.target
+
+
+@dataclass(frozen=True)
+class Export:
+    out: Path
+    arch: ArchSpec
+    loops: int | None
+    with_weights: bool
+    scaled: Scaled | None
+    how: str
+
+
+def config_dict(arch: ArchSpec, loops: int | None, dtype: str = "float32") -> dict:
+    return {"model_type": "loopnas", "architectures": ["LoopnasForCausalLM"], "auto_map": AUTO_MAP,
+            "arch": arch.model_dump(mode="json"), "loops": loops, "backend": "auto",
+            "vocab_size": arch.model.vocab_size, "hidden_size": arch.model.width,
+            "num_hidden_layers": len(arch.layers), "tie_word_embeddings": arch.model.tie_embeddings,
+            "use_cache": False, "dtype": dtype}
+
+
+def _prepare(out: Path) -> None:
+    """An empty directory, or a previous export (replaced); anything else is refused."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        cfg = out / "config.json"
+        try:
+            ours = json.loads(cfg.read_text()).get("model_type") == "loopnas"
+        except (OSError, ValueError):
+            ours = False
+        if not ours:
+            raise ExportError(f"--out {out} is not empty and holds no loopnas export; choose a new directory")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def write_code(out: Path) -> list[str]:
+    for name in CODE:
+        shutil.copyfile(HF_DIR / name, out / name)
+    return [*CODE, *vendor.vendor(out)]
+
+
+def _save_weights(path: Path, arch: ArchSpec, state: dict) -> str:
+    """Check ``state`` against the model ``arch`` compiles to, then save it as safetensors
+    under transformers' names (``model.`` + the loopnas name)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from builders.model import build_model
+
+    state = {k.removeprefix("_orig_mod."): v for k, v in state.items()}  # torch.compile'd trainers
+    with torch.device("meta"):
+        model = build_model(arch, backend="torch")
+    expected = model.state_dict()
+    missing, extra = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
+    wrong = [k for k in expected.keys() & state.keys() if tuple(state[k].shape) != tuple(expected[k].shape)]
+    if missing or extra or wrong:
+        first = (f"missing {missing[0]}" if missing else f"unexpected {extra[0]}" if extra
+                 else f"{wrong[0]} has shape {tuple(state[wrong[0]].shape)}, expected {tuple(expected[wrong[0]].shape)}")
+        raise ExportError(f"the weights do not fit {arch.name}: {first} "
+                          f"({len(missing)} missing, {len(extra)} unexpected, {len(wrong)} mis-shaped)")
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in state.items()}
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return str(next(iter(tensors.values())).dtype).removeprefix("torch.")
+
+
+def write_dir(out: Path, arch: ArchSpec, *, loops: int | None, how: str, state: dict | None,
+              seq_len: int, extra_readme: str = "") -> None:
+    """One loadable directory: config, code, spec, cost sheet, README, optional weights."""
+    _prepare(out)
+    write_code(out)
+    dtype = _save_weights(out / "model.safetensors", arch, state) if state is not None else "float32"
+    (out / "config.json").write_text(json.dumps(config_dict(arch, loops, dtype), indent=2) + "\n")
+    (out / "spec.yaml").write_text(dump_yaml(arch))
+    sheet = cost(arch, seq_len=seq_len)
+    (out / "cost.json").write_text(json.dumps(sheet.to_dict(), indent=2) + "\n")
+    (out / "README.md").write_text(readme(arch, sheet, loops=loops, how=how,
+                                          with_weights=state is not None, extra=extra_readme))
+
+
+def scale(source: ArchSpec, target: float, vary: str = "width") -> Scaled:
+    """``source`` resized by the budget matcher to ``target`` unique parameters; the layer
+    pattern, loop regions, ratio, placement and schedules are kept."""
+    if target <= 0:
+        raise ExportError(f"--scale-to must be positive (got {target:g})")
+    arch = match_budget(source, MatchSpec(unique_params=float(target), vary=vary, tolerance=SCALE_TOLERANCE))
+    return Scaled(arch, float(target), vary)
+
+
+def _finish(out: Path, arch: ArchSpec, scale_src: ArchSpec, *, loops, how, state, seq_len,
+            scale_to, vary) -> Export:
+    scaled = scale(scale_src, scale_to, vary) if scale_to is not None else None
+    note = ""
+    if scaled is not None:
+        note = (f"`scaled/` holds the same architecture resized for full training: {scaled.params:,} "
+                f"unique parameters for a target of {scaled.target:,.0f} ({scaled.miss:.2%} off), "
+                f"by varying {vary} (loopnas budget matcher); no weights.")
+    write_dir(out, arch, loops=loops, how=how, state=state, seq_len=seq_len, extra_readme=note)
+    if scaled is not None:
+        write_dir(out / "scaled", scaled.arch, loops=loops, seq_len=seq_len, state=None,
+                  how=f"{scaled.vary} scaled by the loopnas budget matcher to {scaled.target:,.0f} "
+                      f"unique parameters, from: {how}")
+    return Export(out, arch, loops, state is not None, scaled, how)
+
+
+def _load_state(path: Path) -> dict:
+    import torch
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ExportError(f"no checkpoint at {path}") from None
+    except Exception as exc:  # a torn or foreign file: torch raises many kinds
+        raise ExportError(f"cannot read checkpoint {path}: {exc.__class__.__name__}") from None
+    state = ckpt.get("model", ckpt) if isinstance(ckpt, dict) else None
+    if not isinstance(state, dict) or not state:
+        raise ExportError(f"{path} holds no state_dict (expected a trainer checkpoint with key 'model')")
+    return state
+
+
+def _proxy_arch(arch: ArchSpec, ckpt: Path, state: dict) -> ArchSpec:
+    """The arch the weights belong to: the trainer's ``result.json`` next to the checkpoint
+    (the proxy task may have rewritten the vocabulary), else ``arch`` with the checkpoint's
+    vocabulary."""
+    from runners.train import TrainResult, with_vocab
+
+    result = ckpt.parent / "result.json"
+    if result.is_file():
+        return TrainResult.model_validate_json(result.read_text()).arch
+    embed = state.get("embed.weight", state.get("_orig_mod.embed.weight"))
+    return arch if embed is None else with_vocab(arch, int(embed.shape[0]))
+
+
+def export_spec(spec_path: str | Path, out: str | Path, *, checkpoint: str | Path | None = None,
+                scale_to: float | None = None, vary: str = "width", loops: int | None = None,
+                seq_len: int = DEFAULT_SEQ_LEN) -> Export:
+    """Export a spec file, optionally with the weights of a trainer checkpoint of it."""
+    source = load_spec(spec_path)
+    arch = resolve(source, str(spec_path))
+    how = f"Exported from the spec {Path(spec_path).name}, outside any sweep"
+    state = None
+    if checkpoint is not None:
+        state = _load_state(Path(checkpoint))
+        arch = _proxy_arch(arch, Path(checkpoint), state)
+        how += f", with the weights of {checkpoint}"
+    return _finish(Path(out), arch, source, loops=loops, how=how, state=state, seq_len=seq_len,
+                   scale_to=scale_to, vary=vary)
+
+
+def export_trial(exp_dir: str | Path, out: str | Path, *, trial: str | None = None,
+                 pick: Pick | None = None, with_weights: bool = False,
+                 scale_to: float | None = None, vary: str = "width") -> Export:
+    """Export one trial of an experiment directory, chosen by id or by a Pareto pick."""
+    choice: Choice = choose(exp_dir, trial, pick)
+    arch = ArchSpec.model_validate(choice.trial.arch)
+    how = _how(choice)
+    state = None
+    if with_weights:
+        ckpt = Path(exp_dir) / "trials" / choice.trial.id / "checkpoint.pt"
+        if not ckpt.is_file():
+            raise ExportError(f"trial {choice.trial.id} has no checkpoint ({ckpt}); export without --with-weights")
+        state = _load_state(ckpt)
+        arch = _proxy_arch(arch, ckpt, state)
+    return _finish(Path(out), arch, ArchSpec.model_validate(choice.trial.arch), loops=choice.k,
+                   how=how, state=state, seq_len=choice.experiment.seq_len, scale_to=scale_to, vary=vary)
+
+
+def _how(c: Choice) -> str:
+    values = ", ".join(f"{k} = {v:.6g}" for k, v in c.values.items())
+    lines = [f"Experiment `{c.experiment.name}`: {c.how}."]
+    if values:
+        lines.append(f"Objective values: {values}.")
+    if c.front:
+        on = c.trial.id in {f.split(' ')[0] for f in c.front}
+        lines.append(f"Pareto front ({len(c.front)} points): {', '.join(c.front)}; "
+                     f"this trial is {'on' if on else 'not on'} it.")
+    if c.trial.summary:
+        lines.append(f"Sweep summary: {c.trial.summary}.")
+    return " ".join(lines)
+
+
+__all__ = ["Export", "Scaled", "ExportError", "export_spec", "export_trial", "scale", "write_dir",
+           "config_dict", "AUTO_MAP"]

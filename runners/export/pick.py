@@ -1,0 +1,126 @@
+"""Which trial of an experiment to export: by id, or picked from the Pareto front.
+
+Every complete trial contributes its points (an elastic trial one per evaluated loop
+count ``k``), each with a value for every objective of the experiment. ``knee`` is the
+front's knee (:func:`nas.pareto.knee_point`); ``best-quality`` the best value of the first
+measured objective, ``cheapest`` the best value of the first cost-model objective, each
+with ties broken by the remaining objectives in order (so both lie on the front).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from nas.pareto import knee_point, pareto_front
+from runners.sweep.records import ExperimentRecord, Objective, TrialRecord, read_experiment, read_trials
+
+Pick = Literal["knee", "best-quality", "cheapest"]
+PICKS = ("knee", "best-quality", "cheapest")
+
+
+class ExportError(ValueError):
+    """A request the export cannot satisfy: one line for the user."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    trial: TrialRecord
+    k: int | None
+    values: dict[str, float]
+
+    @property
+    def label(self) -> str:
+        return self.trial.id if self.k is None else f"{self.trial.id} at k={self.k}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    experiment: ExperimentRecord
+    trial: TrialRecord
+    k: int | None                  # the loop count the chosen point was evaluated at
+    how: str                       # one sentence: why this trial
+    values: dict[str, float]       # its objective values (empty for a trial without points)
+    front: tuple[str, ...]         # labels of the front's members
+
+
+def read(exp_dir: str | Path) -> tuple[ExperimentRecord, list[TrialRecord]]:
+    try:
+        return read_experiment(exp_dir), read_trials(exp_dir)
+    except FileNotFoundError as exc:
+        raise ExportError(str(exc)) from None
+    except ValueError as exc:  # pydantic: a damaged record
+        raise ExportError(f"{exp_dir}: unreadable experiment record ({exc.__class__.__name__})") from None
+
+
+def candidates(objectives: list[Objective], trials: list[TrialRecord]) -> list[Candidate]:
+    """Points of complete trials that carry a finite value for every objective."""
+    names = [o.name for o in objectives]
+    out = []
+    for t in trials:
+        if t.status != "complete" or t.arch is None:
+            continue
+        for p in t.points:
+            if all(n in p.values and math.isfinite(p.values[n]) for n in names):
+                out.append(Candidate(t, p.k, {n: p.values[n] for n in names}))
+    return out
+
+
+def _lexicographic(cands: list[Candidate], order: list[Objective]) -> int:
+    sign = {"minimize": 1.0, "maximize": -1.0}
+    keys = [tuple(sign[o.direction] * c.values[o.name] for o in order) for c in cands]
+    return min(range(len(cands)), key=lambda i: (keys[i], i))
+
+
+def pick_index(cands: list[Candidate], objectives: list[Objective], pick: Pick) -> tuple[int, str]:
+    """Index of the picked candidate and the rule that picked it, in words."""
+    if pick == "knee":
+        values = np.array([[c.values[o.name] for o in objectives] for c in cands])
+        names = ", ".join(f"{o.name} ({o.direction})" for o in objectives)
+        return knee_point(values, [o.direction for o in objectives]), f"the knee of the Pareto front over {names}"
+    measured = [o for o in objectives if o.measured]
+    priced = [o for o in objectives if not o.measured]
+    first = measured if pick == "best-quality" else priced
+    if not first:
+        kind = "measured (quality)" if pick == "best-quality" else "cost-model"
+        raise ExportError(f"--pick {pick}: the experiment has no {kind} objective")
+    order = [first[0]] + [o for o in objectives if o is not first[0]]
+    word = "best" if pick == "best-quality" else "lowest"
+    return _lexicographic(cands, order), f"the {word} {first[0].name} ({first[0].direction}), ties broken by the other objectives"
+
+
+def choose(exp_dir: str | Path, trial: str | None = None, pick: Pick | None = None) -> Choice:
+    """The trial to export: ``trial`` by id, or ``pick`` over the experiment's points."""
+    exp, trials = read(exp_dir)
+    if (trial is None) == (pick is None):
+        raise ExportError("give exactly one of --trial ID or --pick knee|best-quality|cheapest")
+    cands = candidates(exp.objectives, trials)
+    front = ()
+    if cands:
+        values = np.array([[c.values[o.name] for o in exp.objectives] for c in cands])
+        front = tuple(cands[i].label for i in pareto_front(values, [o.direction for o in exp.objectives]))
+    if trial is not None:
+        found = next((t for t in trials if t.id == trial), None)
+        if found is None:
+            known = ", ".join(t.id for t in trials[:8]) + (", ..." if len(trials) > 8 else "")
+            raise ExportError(f"no trial {trial!r} in {exp_dir} (trials: {known or 'none'})")
+        if found.arch is None:
+            raise ExportError(f"trial {trial} has no architecture (status {found.status})")
+        mine = [c for c in cands if c.trial.id == trial]
+        return Choice(exp, found, None, f"trial {trial}, chosen by id (--trial)",
+                      mine[-1].values if mine else {}, front)
+    if pick not in PICKS:
+        raise ExportError(f"--pick must be one of {', '.join(PICKS)} (got {pick!r})")
+    if not cands:
+        raise ExportError(f"{exp_dir} has no complete trial with a value for every objective "
+                          f"({', '.join(o.name for o in exp.objectives)})")
+    i, how = pick_index(cands, exp.objectives, pick)
+    c = cands[i]
+    return Choice(exp, c.trial, c.k, f"{c.label}, picked by --pick {pick}: {how}, among "
+                  f"{len(cands)} points of complete trials", c.values, front)
+
+
+__all__ = ["Pick", "PICKS", "ExportError", "Candidate", "Choice", "candidates", "pick_index", "choose"]

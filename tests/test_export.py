@@ -1,0 +1,276 @@
+"""``loopnas export``: round trip through transformers in a process without loopnas, the
+vendored code, Pareto picks on fabricated experiments, --scale-to, CLI errors."""
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from builders.model import build_model
+from nas import load_arch, unique_params
+from nas.cost import cost
+from nas.spec import ArchSpec
+from runners.cli import main
+from runners.export import ExportError, choose, export_spec, export_trial
+from runners.export.vendor import closure, repo_root
+from runners.sweep.records import (
+    ExperimentRecord, Objective, Point, TrialRecord, trial_path, write_json,
+)
+from runners.train import TrainConfig, train
+
+ROOT = Path(__file__).resolve().parents[1]
+LOADER = Path(__file__).parent / "fixtures" / "export" / "load_without_loopnas.py"
+ROUND_TRIP = ("tiny_mixerloop", "tiny_lt2_interleave", "tiny_elr")  # looped, hybrid, elastic
+OBJECTIVES = [Objective(name="acc", direction="maximize", measured=True),
+              Objective(name="projection_flops", direction="minimize", measured=False)]
+SEED = 7
+
+
+def arch(name: str) -> ArchSpec:
+    return load_arch(ROOT / "spaces" / "archs" / f"{name}.yaml")
+
+
+def write_experiment(exp: Path, trials: list[TrialRecord]) -> Path:
+    (exp / "trials").mkdir(parents=True, exist_ok=True)
+    write_json(exp / "experiment.json", ExperimentRecord(
+        name="fabricated", space={}, objectives=OBJECTIVES, backend="torch", trials=len(trials),
+        created=0.0, seq_len=64))
+    for t in trials:
+        write_json(trial_path(exp, t.id), t)
+    return exp
+
+
+def record(number: int, name: str, points: list[tuple], status: str = "complete") -> TrialRecord:
+    a = arch(name)
+    return TrialRecord(
+        id=f"t{number:04d}", number=number, status=status, arch=a.model_dump(mode="json"),
+        summary=name, cost=cost(a, seq_len=64).to_dict(),
+        points=[Point(k=k, values={"acc": acc, "projection_flops": flops}) for acc, flops, k in points])
+
+
+# ---------------------------------------------------------------- round trip
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, one_thread):
+    """An experiment whose three trials were trained for a few steps by the proxy trainer
+    (MQAR at vocabulary 32: the trainer rewrites the specs' vocabulary 256)."""
+    exp = tmp_path_factory.mktemp("exp")
+    cfg = TrainConfig(task="mqar", task_params={"vocab_size": 32, "seq_len": 16, "num_kv_pairs": 2},
+                      steps=3, batch_size=4, lr=1e-2, warmup_steps=0, eval_every=3, eval_batches=1,
+                      checkpoint_every=3, progress=False, backend="torch")
+    trials = []
+    for i, name in enumerate(ROUND_TRIP):
+        train(arch(name), cfg, out_dir=exp / "trials" / f"t{i:04d}")
+        trials.append(record(i, name, [(0.5 + 0.1 * i, 1e6 * (i + 1), None)]))
+    return write_experiment(exp, trials)
+
+
+@pytest.fixture(scope="module")
+def round_trip(trained, tmp_path_factory):
+    """Export every trial with weights (and the elastic one scaled up), load them all in one
+    process that cannot import loopnas, and return what it measured."""
+    work = tmp_path_factory.mktemp("hf")
+    exports = {name: export_trial(trained, work / name, trial=f"t{i:04d}", with_weights=True,
+                                  scale_to=(3e6 if name == "tiny_elr" else None))
+               for i, name in enumerate(ROUND_TRIP)}
+    ids = torch.randint(0, 32, (2, 13), generator=torch.Generator().manual_seed(0))
+    torch.save(ids, work / "ids.pt")
+    job = {"ids": str(work / "ids.pt"), "seed": SEED,
+           "pretrained": {n: str(e.out) for n, e in exports.items()},
+           "meta_init": {n: str(e.out) for n, e in exports.items()},
+           "from_config": {"tiny_elr/scaled": str(work / "tiny_elr" / "scaled")}}
+    (work / "job.json").write_text(json.dumps(job))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HF_"))}
+    env.update(HF_HOME=str(work / "hf_home"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(LOADER), str(work / "job.json"), str(work / "out.pt")],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return exports, ids, torch.load(work / "out.pt", weights_only=False)
+
+
+def loopnas_model(trained: Path, i: int):
+    """The trial's weights in loopnas's own model (the arch of the trainer's result.json)."""
+    result = json.loads((trained / "trials" / f"t{i:04d}" / "result.json").read_text())
+    model = build_model(ArchSpec.model_validate(result["arch"]), backend="torch")
+    ckpt = torch.load(trained / "trials" / f"t{i:04d}" / "checkpoint.pt", weights_only=False)
+    model.load_state_dict(ckpt["model"])
+    return model.eval()
+
+
+def test_the_loader_never_imports_loopnas(round_trip):
+    exports, _, out = round_trip
+    assert out["loopnas_modules"] == []
+    for name, r in out["pretrained"].items():
+        assert r["module"].startswith("transformers_modules."), name
+
+
+@pytest.mark.parametrize("i,name", list(enumerate(ROUND_TRIP)), ids=ROUND_TRIP)
+def test_transformers_logits_equal_loopnas(round_trip, trained, i, name):
+    _, ids, out = round_trip
+    model = loopnas_model(trained, i)
+    r = out["pretrained"][name]
+    gates = [p for n, p in model.named_parameters() if n == "rho" or n.startswith("loops.")]
+    assert gates and any(g.abs().max() > 0 for g in gates), "training moved no loop parameter"
+    with torch.no_grad():
+        torch.testing.assert_close(r["logits"], model(ids).logits, rtol=1e-5, atol=1e-5)
+        shifted = torch.nn.functional.pad(ids[:, 1:], (0, 1), value=-100)  # loopnas takes shifted labels
+        torch.testing.assert_close(r["loss"], model(ids, labels=shifted).loss, rtol=1e-5, atol=1e-6)
+        if name == "tiny_elr":
+            torch.testing.assert_close(r["logits_k2"], model(ids, loops=2).logits, rtol=1e-5, atol=1e-5)
+            assert not torch.allclose(r["logits_k2"], r["logits"])
+    assert r["layers"] == len(model.layers)
+    assert torch.equal(r["generate"], r["greedy"])
+
+
+@pytest.mark.parametrize("name", ROUND_TRIP)
+def test_meta_construction_then_init_is_loopnas_init(round_trip, name):
+    exports, _, out = round_trip
+    torch.manual_seed(SEED)
+    ref = build_model(exports[name].arch, backend="torch").state_dict()
+    got = out["meta_init"][name]
+    assert set(got) == {f"model.{k}" for k in ref}
+    for k, v in ref.items():
+        assert torch.equal(got[f"model.{k}"], v), k
+
+
+def test_scaled_config_builds_the_target_size(round_trip):
+    exports, _, out = round_trip
+    scaled = exports["tiny_elr"].scaled
+    assert scaled.miss <= 0.02
+    assert out["from_config_params"]["tiny_elr/scaled"] == scaled.params
+
+
+def test_export_directory_contents(round_trip):
+    exports, _, _ = round_trip
+    e = exports["tiny_elr"]
+    files = {p.name for p in e.out.iterdir()}
+    assert {"config.json", "configuration_loopnas.py", "modeling_loopnas.py", "model.safetensors",
+            "spec.yaml", "cost.json", "README.md", "scaled"} <= files
+    config = json.loads((e.out / "config.json").read_text())
+    assert config["model_type"] == "loopnas" and "AutoModelForCausalLM" in config["auto_map"]
+    assert ArchSpec.model_validate(config["arch"]) == e.arch
+    assert load_arch(e.out / "spec.yaml") == e.arch
+    assert json.loads((e.out / "cost.json").read_text())["unique_params"] == unique_params(e.arch)
+    readme = (e.out / "README.md").read_text()
+    assert "t0002" in readme and "trust_remote_code=True" in readme
+    assert "model.safetensors" not in {p.name for p in (e.out / "scaled").iterdir()}
+
+
+# ---------------------------------------------------------------- vendored code
+
+
+def test_vendored_code_is_relative_and_complete(tmp_path):
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    out = export_spec(ROOT / "spaces" / "archs" / "tiny_gdn_dsa.yaml", tmp_path / "x").out
+    code = {p.name for p in out.glob("*.py")}
+    followed = {Path(f).name for f in get_relative_import_files(str(out / "modeling_loopnas.py"))}
+    assert followed == code - {"modeling_loopnas.py"}  # transformers copies every file, no more
+    for name in code:
+        tree = ast.parse((out / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                assert node.module.split(".")[0] not in ("nas", "builders", "runners"), (name, node.module)
+            if isinstance(node, ast.Import):
+                assert all(a.name.split(".")[0] not in ("nas", "builders", "runners") for a in node.names)
+    root = repo_root()
+    for module, path in closure(root).items():  # line numbers kept: tracebacks match the source
+        copy = out / f"{module.replace('.', '_')}.py"
+        assert len(copy.read_text().splitlines()) == len(path.read_text().splitlines()), module
+
+
+# ---------------------------------------------------------------- picks
+
+
+@pytest.fixture
+def fabricated(tmp_path):
+    """acc (max) vs projection_flops (min). Front: t0000 (cheapest), t0004 at k=1 and k=2
+    (elastic), t0002 (best acc); t0001 is dominated by t0004 at k=2, t0003 by everything.
+    Knee: normalised over the front, t0004 at k=2 has the least sum (0.013 + 0.111)."""
+    return write_experiment(tmp_path / "exp", [
+        record(0, "tiny_noloop", [(0.10, 1.0, None)]),
+        record(1, "tiny_mixerloop", [(0.80, 2.0, None)]),
+        record(2, "tiny_fullloop", [(0.85, 10.0, None)]),
+        record(3, "tiny_lt2_interleave", [(0.05, 5.0, None)]),
+        record(4, "tiny_elr", [(0.70, 1.5, 1), (0.84, 2.0, 2)]),
+        record(5, "tiny_noloop", [(0.05, 1.0, None)]),          # ties t0000 on flops, worse acc
+        record(6, "tiny_noloop", [(0.99, 0.5, None)], status="failed"),
+    ])
+
+
+@pytest.mark.parametrize("pick,trial,k", [("knee", "t0004", 2), ("best-quality", "t0002", None),
+                                          ("cheapest", "t0000", None)])
+def test_pick(fabricated, pick, trial, k):
+    c = choose(fabricated, pick=pick)
+    assert (c.trial.id, c.k) == (trial, k)
+    assert set(c.front) == {"t0000", "t0004 at k=1", "t0004 at k=2", "t0002"}
+
+
+def test_knee_of_an_elastic_trial_exports_its_depth(fabricated, tmp_path):
+    e = export_trial(fabricated, tmp_path / "knee", pick="knee")
+    config = json.loads((e.out / "config.json").read_text())
+    assert config["loops"] == 2 and config["arch"]["name"] == "tiny_elr"
+    readme = (e.out / "README.md").read_text()
+    assert "knee" in readme and "t0004 at k=2" in readme
+
+
+def test_export_errors(fabricated, tmp_path):
+    with pytest.raises(ExportError, match="no trial 't0099'"):
+        choose(fabricated, trial="t0099")
+    with pytest.raises(ExportError, match="exactly one"):
+        choose(fabricated)
+    with pytest.raises(ExportError, match="not an experiment directory"):
+        choose(tmp_path, pick="knee")
+    with pytest.raises(ExportError, match="no checkpoint"):
+        export_trial(fabricated, tmp_path / "w", trial="t0001", with_weights=True)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(ExportError, match="not empty"):
+        export_trial(fabricated, tmp_path / "busy", trial="t0001")
+
+
+# ---------------------------------------------------------------- --scale-to
+
+
+@pytest.mark.parametrize("name,target", [("tiny_lt2_interleave", 5e6), ("tiny_coarse_to_fine", 2e7),
+                                         ("tiny_mixerloop", 1.5e6)])
+def test_scale_to_keeps_the_structure(tmp_path, name, target):
+    e = export_spec(ROOT / "spaces" / "archs" / f"{name}.yaml", tmp_path / name, scale_to=target)
+    small = e.arch
+    big = ArchSpec.model_validate(json.loads((e.out / "scaled" / "config.json").read_text())["arch"])
+    assert abs(unique_params(big) - target) / target <= 0.02
+    assert big.model.width > small.model.width
+    assert big.loops == small.loops and big.elastic == small.elastic
+    assert big.random_placement == small.random_placement
+    assert [l.mixer.kind for l in big.layers] == [l.mixer.kind for l in small.layers]
+    assert [l.ffn.kind for l in big.layers] == [l.ffn.kind for l in small.layers]
+
+
+# ---------------------------------------------------------------- CLI
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["{exp}", "--trial", "t0099"], "no trial 't0099'"),
+    (["{tmp}", "--pick", "knee"], "not an experiment directory"),
+    (["{exp}"], "exactly one of --trial"),
+    (["{exp}", "--trial", "t0000", "--checkpoint", "x.pt"], "--checkpoint is for a spec"),
+    (["tiny_noloop", "--with-weights"], "give --checkpoint"),
+    (["tiny_noloop", "--checkpoint", "{tmp}/missing.pt"], "no checkpoint at"),
+], ids=["bad-trial", "not-an-experiment", "no-choice", "checkpoint-for-trial", "spec-weights", "missing-ckpt"])
+def test_cli_errors_are_one_line(fabricated, tmp_path, capsys, argv, message):
+    args = [a.format(exp=fabricated, tmp=tmp_path) for a in argv]
+    assert main(["export", *args, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and message in err[0], err
+
+
+def test_cli_exports_a_pick(fabricated, tmp_path, capsys):
+    assert main(["export", str(fabricated), "--pick", "cheapest", "--out", str(tmp_path / "o")]) == 0
+    assert "exported tiny_noloop" in capsys.readouterr().out
+    assert json.loads((tmp_path / "o" / "config.json").read_text())["arch"]["name"] == "tiny_noloop"
