@@ -1,0 +1,62 @@
+"""``loopnas report EXPERIMENT_DIR``: the Pareto report of a sweep, finished or running."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from . import app
+from .common import UsageError, console
+
+ExpArg = Annotated[Path, typer.Argument(help="Experiment directory written by `loopnas sweep`.", show_default=False)]
+SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="Price memory at this context instead of the experiment's.", show_default=False)]
+
+
+def front_table(exp) -> Table:
+    """The front, cheapest projection compute first; the knee marked ★. Cost objectives
+    appear once, among the cost columns."""
+    from runners.report.axes import nbytes, si
+    measured = [o for o in exp.objectives if o.measured]
+    table = Table(title=f"{exp.record.name}: Pareto front ({len(exp.front)} of {len(exp.rows)} "
+                        f"points; ★ knee)")
+    table.add_column("trial", no_wrap=True)
+    for col in (*(o.name for o in measured), "proj FLOPs/tok", "params", f"memory@{exp.seq_len}"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("architecture", ratio=1, min_width=20)
+    for i in sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label)):
+        r = exp.rows[i]
+        table.add_row(r.label + (" ★" if i == exp.knee else ""),
+                      *(f"{r.values[o.name]:.4g}" for o in measured),
+                      si(r.compute), si(r.params), nbytes(r.memory), r.summary)
+    return table
+
+
+@app.command("report")
+def report_cmd(experiment: ExpArg, seq_len: SeqLenOpt = None) -> None:
+    """Write EXPERIMENT_DIR/report/: index.html (interactive charts, opens offline),
+    PNGs of the main charts and front.csv; print the front.
+
+    Works while the sweep is running: only complete trials are plotted.
+
+    Example: loopnas report runs/quickstart
+    """
+    from runners.report import write_report  # plotly and matplotlib only here
+
+    if seq_len is not None and seq_len < 1:
+        raise UsageError(f"--seq-len must be a positive integer (got {seq_len})")
+    try:
+        report = write_report(experiment, seq_len=seq_len)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    exp = report.experiment
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(exp.counts.items())) or "no trials yet"
+    console.print(f"{exp.record.name}: {counts}", highlight=False)
+    if exp.rows:
+        console.print(front_table(exp))
+    else:
+        console.print("no complete trials with evaluated points yet: the report has no charts")
+    for line in exp.excluded:
+        console.print(f"left out: {line}", highlight=False, markup=False)
+    console.print(f"report: {report.index}", highlight=False, soft_wrap=True)

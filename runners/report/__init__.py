@@ -1,0 +1,117 @@
+"""``loopnas report``: the Pareto front of an experiment directory as a self-contained HTML
+page with interactive charts, PNGs of the main charts and ``front.csv``.
+
+Reads the records only (no torch), so it runs on a sweep that is still going: trials not yet
+complete are counted, not plotted.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .axes import axes
+from .data import Experiment, front_2d, hypervolume_history, load, rank_agreement
+from .page import diagram_uri, document, front_table, header
+
+REPORT = "report"
+
+
+@dataclass(frozen=True)
+class Report:
+    experiment: Experiment
+    index: Path
+    csv: Path
+    pngs: tuple[Path, ...]
+
+
+def write_csv(exp: Experiment, path: Path) -> Path:
+    """The experiment's front, one row per point, cheapest projection compute first."""
+    names = [o.name for o in exp.objectives]
+    fields = ["trial", "k", "knee", *names, "unique_params", "projection_flops_per_token",
+              "kv_cache_bytes", "state_bytes", "summary", "params"]
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(fields)
+        for i in sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label)):
+            r = exp.rows[i]
+            writer.writerow([r.trial.id, "" if r.k is None else r.k, int(i == exp.knee),
+                             *(r.values[n] for n in names), int(r.params), int(r.compute),
+                             r.sheet["kv_cache_bytes"], r.sheet["state_bytes"], r.summary,
+                             json.dumps(r.trial.params, sort_keys=True)])
+    return path
+
+
+def _section(title: str, blocks: list[str], grid: bool = False) -> str:
+    inner = "".join(f"<div>{b}</div>" for b in blocks)
+    return f"<h2>{title}</h2>" + (f"<div class='grid'>{inner}</div>" if grid else inner)
+
+
+def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
+    """The page body below the header, and the PNGs written."""
+    from .charts import (
+        agreement_figure, front_figure, hypervolume_figure, importance_figure, parallel_figure,
+    )
+    from .importance import param_importance
+    from .static import front_png, hypervolume_png
+
+    inlined: list[bool] = []
+
+    def html(fig) -> str:
+        """A figure's <div>; plotly.js (about 4.7 MB) is inlined with the first only."""
+        text = fig.to_html(full_html=False, include_plotlyjs=not inlined,
+                           config={"displaylogo": False, "responsive": True})
+        inlined.append(True)
+        return text
+
+    def missing(text: str) -> str:
+        return f"<p class='empty'>{text}</p>"
+
+    compute, params, memory = axes(exp)
+    pngs = [front_png(exp, a, out / f"{a.png}.png") for a in (compute, params, memory)]
+    body = _section("Quality vs projection compute", [html(front_figure(exp, compute))])
+    body += _section("Quality vs parameters and memory",
+                     [html(front_figure(exp, params)), html(front_figure(exp, memory))], grid=True)
+    history = hypervolume_history(exp)
+    pngs.append(hypervolume_png(history, exp.record.name, out / "hypervolume.png"))
+    agreement = rank_agreement(exp)
+    body += _section("Search progress and proxy trustworthiness", [
+        html(hypervolume_figure(history)),
+        html(agreement_figure(agreement)) if agreement else missing(
+            "Rank agreement needs 3 complete trials evaluated at the same rung step.")], grid=True)
+    importance, why = param_importance(exp)
+    parallel = parallel_figure(exp)
+    body += _section("Sampled parameters", [
+        html(importance_figure(importance)) if importance else missing(f"Parameter importance: {why}."),
+        html(parallel) if parallel else missing("Parallel coordinates need 2 complete trials "
+                                                "with a varying sampled parameter.")])
+    diagrams = {exp.rows[i].trial.id: diagram_uri(exp.rows[i].trial.arch)
+                for i in exp.front if exp.rows[i].trial.arch is not None}
+    body += _section(f"The front: {len(exp.front)} points over "
+                     f"{', '.join(o.name for o in exp.objectives)}", [front_table(exp, diagrams)])
+    return body, pngs
+
+
+def _empty(exp: Experiment) -> str:
+    pending = exp.counts.get("running", 0)
+    return (f"<p class='empty'>No complete trials with evaluated points yet"
+            f"{f' ({pending} running)' if pending else ''}: the charts appear once the first "
+            f"trial completes. Run <code>loopnas report</code> again to refresh.</p>")
+
+
+def write_report(exp_dir: str | Path, seq_len: int | None = None) -> Report:
+    """Write ``EXP/report/``: ``index.html``, the PNGs and ``front.csv``."""
+    exp = load(exp_dir, seq_len)
+    out = Path(exp_dir) / REPORT
+    out.mkdir(exist_ok=True)
+    body, pngs = _charts(exp, out) if exp.rows else (_empty(exp), [])
+    index = out / "index.html"
+    tmp = index.with_name(f".index.html.{os.getpid()}.tmp")
+    tmp.write_text(document(f"{exp.record.name}: loopnas report", header(exp) + body), encoding="utf-8")
+    os.replace(tmp, index)
+    return Report(exp, index, write_csv(exp, out / "front.csv"), tuple(pngs))
+
+
+__all__ = ["REPORT", "Report", "front_2d", "load", "write_csv", "write_report"]

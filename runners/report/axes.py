@@ -1,0 +1,68 @@
+"""The cost axes quality is plotted against, hover text and number formats shared by the
+interactive page and the PNGs."""
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+
+from .data import Experiment, Row
+
+
+@dataclass(frozen=True)
+class Axis:
+    attr: str  # Row property: compute, params, memory
+    title: str
+    short: str  # for chart titles
+    png: str  # file stem under report/
+    unit: str = ""
+
+    def fmt(self, x: float) -> str:
+        return nbytes(x) if self.unit == "B" else si(x)
+
+
+def axes(exp: Experiment) -> list[Axis]:
+    return [
+        Axis("compute", "projection FLOPs / token", "projection compute", "front_compute"),
+        Axis("params", "unique parameters", "unique parameters", "front_params"),
+        Axis("memory", f"KV cache + recurrent state / sequence at context {exp.seq_len}",
+             f"inference memory at context {exp.seq_len}", "front_memory", "B"),
+    ]
+
+
+def si(x: float) -> str:
+    """4 significant digits with an SI prefix: 46.58M, 1.929G."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g}{prefix}"
+    return f"{x:.4g}"
+
+
+def nbytes(x: float) -> str:
+    for scale, prefix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if x >= scale:
+            return f"{x / scale:.4g} {prefix}"
+    return f"{x:.0f} B"
+
+
+def quality_title(exp: Experiment) -> str:
+    q = exp.quality
+    return f"{q.name} ({'higher' if q.direction == 'maximize' else 'lower'} is better)"
+
+
+def hover(exp: Experiment, row: Row) -> str:
+    """Plotly hover text: trial and k, architecture summary, objectives, costs, parameters."""
+    lines = [f"<b>{row.label}</b>"] + textwrap.wrap(row.summary, 70)
+    lines += [f"{o.name} = {row.values[o.name]:.4g}" for o in exp.objectives]
+    lines.append(f"projection FLOPs/token {si(row.compute)} · params {si(row.params)}"
+                 f" · memory {nbytes(row.memory)}")
+    if row.trial.params:
+        lines += textwrap.wrap(", ".join(f"{k}={v}" for k, v in row.trial.params.items()), 70)
+    return "<br>".join(lines)
+
+
+def log_scale(values: list[float]) -> bool:
+    """Log axis when the values are positive and span more than a factor of 20."""
+    return bool(values) and min(values) > 0 and max(values) / min(values) > 20
+
+
+__all__ = ["Axis", "axes", "hover", "log_scale", "nbytes", "quality_title", "si"]

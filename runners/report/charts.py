@@ -1,0 +1,138 @@
+"""The interactive plotly charts of the report page."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import plotly.graph_objects as go
+
+from .axes import Axis, hover, log_scale, quality_title
+from .data import Agreement, Experiment, front_2d
+from .importance import sampled, varying
+
+FRONT, DOMINATED, KNEE, ELASTIC = "#d62728", "#9aa7b8", "#ffbf00", "#c7c7c7"
+LAYOUT = dict(template="plotly_white", height=480, margin=dict(l=70, r=30, t=90, b=60),
+              title=dict(y=0.97, yanchor="top"),
+              legend=dict(orientation="h", yanchor="bottom", y=1.01, xanchor="right", x=1.0))
+
+
+def _scatter(exp: Experiment, axis: Axis, idx: list[int], **style) -> go.Scatter:
+    rows = [exp.rows[i] for i in idx]
+    return go.Scatter(x=[getattr(r, axis.attr) for r in rows],
+                      y=[r.values[exp.quality.name] for r in rows],
+                      hovertext=[hover(exp, r) for r in rows],
+                      hovertemplate="%{hovertext}<extra></extra>", **style)
+
+
+def _elastic_links(exp: Experiment, axis: Axis) -> list[go.Scatter]:
+    """A dotted line through each elastic trial's points, k = 1..K."""
+    by_trial = defaultdict(list)
+    for i, r in enumerate(exp.rows):
+        if r.k is not None:
+            by_trial[r.trial.id].append(i)
+    traces = []
+    for n, idx in enumerate(v for v in by_trial.values() if len(v) > 1):
+        idx = sorted(idx, key=lambda i: exp.rows[i].k)
+        traces.append(_scatter(exp, axis, idx, mode="lines", hoverinfo="skip",
+                               line=dict(color=ELASTIC, dash="dot", width=1.5),
+                               name="one elastic trial, k = 1…K", legendgroup="elastic",
+                               showlegend=n == 0))
+    return traces
+
+
+def front_figure(exp: Experiment, axis: Axis) -> go.Figure:
+    """Quality against one cost: every point, the front in this plane as a red line, the
+    knee of the experiment's front as a star."""
+    front = front_2d(exp, axis.attr)
+    rest = [i for i in range(len(exp.rows)) if i not in set(front)]
+    fig = go.Figure(_elastic_links(exp, axis))
+    fig.add_trace(_scatter(exp, axis, rest, mode="markers", name="dominated",
+                           marker=dict(color=DOMINATED, size=8, opacity=0.75)))
+    fig.add_trace(_scatter(exp, axis, front, mode="lines+markers", name="Pareto front",
+                           line=dict(color=FRONT, width=2.5),
+                           marker=dict(color=FRONT, size=12, line=dict(color="black", width=1))))
+    if exp.knee is not None:
+        fig.add_trace(_scatter(exp, axis, [exp.knee], mode="markers", name="knee",
+                               marker=dict(symbol="star", color=KNEE, size=20,
+                                           line=dict(color="black", width=1))))
+    xs = [getattr(r, axis.attr) for r in exp.rows]
+    fig.update_layout(**LAYOUT)
+    fig.update_layout(title_text=f"{exp.quality.name} vs {axis.short}")
+    fig.update_xaxes(title=f"{axis.title} (lower is better)", **_ticks(axis, xs))
+    fig.update_yaxes(title=quality_title(exp))
+    return fig
+
+
+def _ticks(axis: Axis, xs: list[float]) -> dict:
+    """SI tick labels (200k, 1M); bytes at powers of two (16 KiB, 256 KiB)."""
+    if not log_scale(xs):
+        return dict(type="linear", tickformat="~s")
+    if axis.unit != "B":
+        return dict(type="log", tickformat="~s")
+    lo, hi = math.floor(math.log2(min(xs))), math.ceil(math.log2(max(xs)))
+    step = max(1, (hi - lo) // 6)
+    ticks = [2.0**e for e in range(lo, hi + 1, step)]
+    return dict(type="log", tickvals=ticks, ticktext=[axis.fmt(t) for t in ticks])
+
+
+def hypervolume_figure(history: list[tuple[str, float]]) -> go.Figure:
+    fig = go.Figure(go.Scatter(
+        x=list(range(1, len(history) + 1)), y=[hv for _, hv in history], mode="lines+markers",
+        line=dict(shape="hv", color=FRONT), customdata=[t for t, _ in history],
+        hovertemplate="after %{customdata} (trial %{x} to finish)<br>hypervolume %{y:.4f}<extra></extra>"))
+    fig.update_layout(**LAYOUT)
+    fig.update_layout(title_text="hypervolume as trials complete")
+    fig.update_xaxes(title="complete trials, in order of completion", rangemode="tozero")
+    fig.update_yaxes(title="share of the objective box dominated", rangemode="tozero")
+    return fig
+
+
+def agreement_figure(agreement: list[Agreement]) -> go.Figure:
+    fig = go.Figure(go.Bar(
+        x=[f"step {a.step}" for a in agreement], y=[a.tau for a in agreement],
+        text=[f"τ={a.tau:.2f}<br>n={a.trials}" for a in agreement], textposition="outside",
+        marker_color=[FRONT if a.tau >= 0.6 else DOMINATED for a in agreement],
+        hovertemplate="%{x}: Kendall τ %{y:.3f}<extra></extra>"))
+    fig.update_layout(**LAYOUT)
+    fig.update_layout(title_text="rank agreement: rung quality vs final quality")
+    fig.update_yaxes(title="Kendall τ", range=[-1.05, 1.35], tickvals=[-1, -0.5, 0, 0.5, 1])
+    return fig
+
+
+def importance_figure(importance: dict[str, float]) -> go.Figure:
+    names = sorted(importance, key=importance.get)
+    fig = go.Figure(go.Bar(x=[importance[n] for n in names], y=names, orientation="h",
+                           marker_color=FRONT, hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
+    fig.update_layout(**{**LAYOUT, "height": 180 + 30 * len(names)})
+    fig.update_layout(title_text="parameter importance for the final quality (fANOVA)")
+    fig.update_xaxes(title="share of quality variance", range=[0, 1])
+    return fig
+
+
+def _dimension(name: str, values: list) -> dict:
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return dict(label=name, values=values)
+    levels = sorted({str(v) for v in values})
+    return dict(label=name, values=[levels.index(str(v)) for v in values],
+                tickvals=list(range(len(levels))), ticktext=levels)
+
+
+def parallel_figure(exp: Experiment) -> go.Figure | None:
+    """Parallel coordinates: each complete trial a line through its sampled parameters,
+    ending at its final quality and coloured by it."""
+    params, quality = sampled(exp)
+    names = [n for n in varying(params) if all(n in p for p in params)]
+    if len(params) < 2 or not names:
+        return None
+    dims = [_dimension(n, [p[n] for p in params]) for n in names]
+    dims.append(dict(label=exp.quality.name, values=quality))
+    fig = go.Figure(go.Parcoords(dimensions=dims, line=dict(
+        color=quality, colorscale="Viridis", reversescale=exp.quality.direction == "minimize",
+        showscale=True, colorbar=dict(title=exp.quality.name))))
+    fig.update_layout(**{**LAYOUT, "margin": dict(l=70, r=30, t=120, b=40)})
+    fig.update_layout(title_text="sampled parameters of the complete trials, coloured by final quality")
+    return fig
+
+
+__all__ = ["agreement_figure", "front_figure", "hypervolume_figure", "importance_figure",
+           "parallel_figure"]

@@ -1,0 +1,267 @@
+"""What a report shows, computed from an experiment directory; no plotting here.
+
+A *row* is one point of a ``complete`` trial: a plain trial gives one, an elastic trial one
+per evaluated loop count ``k``. The front is taken over the experiment's objectives (all of
+them, in their directions) with :mod:`nas.pareto`; the charts also draw the 2-D front of
+quality against each cost axis.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from pydantic import ValidationError
+
+from nas.pareto import hypervolume, knee_point, pareto_front
+from runners.sweep.records import (
+    TRIALS, ExperimentRecord, Objective, TrialRecord, read_experiment, read_trials,
+)
+
+# Cost-model objectives a point may leave out of ``values``: where the cost sheet has them.
+COST_FIELDS = {
+    "projection_flops": ("projection_flops_per_token",),
+    "unique_params": ("unique_params",),
+    "kv_bytes": ("kv_cache_bytes", "state_bytes"),
+    "train_flops": ("train_flops_per_token",),
+    "seq_mixing_flops": ("seq_mixing_flops_per_token",),
+    "forward_flops": ("forward_flops_per_token",),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One (quality, cost) point of a complete trial, with its cost sheet at ``k``."""
+
+    trial: TrialRecord
+    k: int | None
+    values: dict[str, float]  # every objective, by name
+    sheet: dict  # the cost sheet's figures at k (and unique_params)
+
+    @property
+    def label(self) -> str:
+        return self.trial.id if self.k is None else f"{self.trial.id} k={self.k}"
+
+    @property
+    def summary(self) -> str:
+        return self.trial.summary or (self.trial.arch or {}).get("name", "?")
+
+    @property
+    def compute(self) -> float:
+        return float(self.sheet["projection_flops_per_token"])
+
+    @property
+    def params(self) -> float:
+        return float(self.sheet["unique_params"])
+
+    @property
+    def memory(self) -> float:
+        """Inference memory per sequence: KV cache plus recurrent state."""
+        return float(self.sheet["kv_cache_bytes"] + self.sheet["state_bytes"])
+
+
+@dataclass
+class Experiment:
+    record: ExperimentRecord
+    trials: list[TrialRecord]
+    seq_len: int
+    rows: list[Row] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)  # why a complete trial's point is left out
+    front: list[int] = field(default_factory=list)  # indices into rows
+    knee: int | None = None  # index into rows
+
+    @property
+    def objectives(self) -> list[Objective]:
+        return self.record.objectives
+
+    @property
+    def directions(self) -> list[str]:
+        return [o.direction for o in self.objectives]
+
+    @property
+    def quality(self) -> Objective:
+        """The y-axis: the first measured objective (the first objective if none is)."""
+        return next((o for o in self.objectives if o.measured), self.objectives[0])
+
+    @property
+    def counts(self) -> Counter:
+        return Counter(t.status for t in self.trials)
+
+    def matrix(self, rows: list[Row] | None = None) -> np.ndarray:
+        rows = self.rows if rows is None else rows
+        return np.array([[r.values[o.name] for o in self.objectives] for r in rows], dtype=float)
+
+
+def _sheet_at(cost: dict, k: int | None) -> dict:
+    """The cost sheet's figures at elastic loop count ``k`` (the spec's own loops if None)."""
+    figures = cost
+    if k is not None and str(k) in cost.get("per_k", {}):
+        figures = cost["per_k"][str(k)]
+    return {**figures, "unique_params": cost["unique_params"],
+            "train_flops_per_token": cost.get("train_flops_per_token")}
+
+
+def _reprice(trial: TrialRecord, seq_len: int) -> dict | None:
+    """The trial's cost sheet at another context, from its canonical spec."""
+    if trial.arch is None:
+        return trial.cost
+    from nas.cost import cost
+    from nas.spec import ArchSpec
+    dtype = (trial.cost or {}).get("dtype", "bf16")
+    return cost(ArchSpec.model_validate(trial.arch), seq_len=seq_len, dtype=dtype).to_dict()
+
+
+def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) -> tuple[list[Row], list[str]]:
+    rows, excluded = [], []
+    if cost is None:
+        return rows, [f"{trial.id}: no cost sheet"]
+    if not trial.points:
+        return rows, [f"{trial.id}: complete but no evaluated points"]
+    for p in trial.points:
+        sheet = _sheet_at(cost, p.k)
+        values = dict(p.values)
+        for o in objectives:
+            if o.name not in values and o.name in COST_FIELDS:
+                values[o.name] = sum(sheet[f] for f in COST_FIELDS[o.name])
+        label = trial.id if p.k is None else f"{trial.id} k={p.k}"
+        missing = [o.name for o in objectives if o.name not in values]
+        bad = [o.name for o in objectives if o.name in values and not math.isfinite(values[o.name])]
+        if missing or bad:
+            excluded.append(f"{label}: " + "; ".join(
+                [f"no {n}" for n in missing] + [f"{n} = {values[n]}" for n in bad]))
+            continue
+        rows.append(Row(trial, p.k, values, sheet))
+    return rows, excluded
+
+
+def _read_trials(exp_dir: str | Path) -> tuple[list[TrialRecord], list[str]]:
+    """Every readable trial record; a record that does not validate is named, not fatal."""
+    try:
+        return read_trials(exp_dir), []
+    except ValidationError:
+        pass
+    trials, bad = [], []
+    for path in sorted((Path(exp_dir) / TRIALS).glob("t*.json")):
+        try:
+            trials.append(TrialRecord.model_validate_json(path.read_text()))
+        except ValidationError as exc:
+            bad.append(f"{path.name}: unreadable record ({exc.error_count()} validation errors,"
+                       f" first: {exc.errors()[0]['loc']} {exc.errors()[0]['msg']})")
+    return sorted(trials, key=lambda t: t.number), bad
+
+
+def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
+    """Read an experiment directory (finished or still running) and rank its points.
+
+    ``seq_len`` reprices every trial's memory and sequence mixing at another context (from
+    its canonical spec); by default the sheets are taken as written, at the experiment's.
+    """
+    record = read_experiment(exp_dir)
+    trials, unreadable = _read_trials(exp_dir)
+    exp = Experiment(record, trials, seq_len or record.seq_len, excluded=unreadable)
+    for trial in exp.trials:
+        if trial.status != "complete":
+            continue
+        cost = trial.cost if exp.seq_len == record.seq_len else _reprice(trial, exp.seq_len)
+        rows, excluded = _rows(trial, exp.objectives, cost)
+        exp.rows += rows
+        exp.excluded += excluded
+    if exp.rows:
+        values = exp.matrix()
+        exp.front = pareto_front(values, exp.directions).tolist()
+        exp.knee = exp.front[knee_point(values[exp.front], exp.directions)]
+    return exp
+
+
+def front_2d(exp: Experiment, x: str) -> list[int]:
+    """Indices of rows on the front of quality against the row attribute ``x`` (a cost,
+    minimised), ordered by ``x``."""
+    if not exp.rows:
+        return []
+    q = exp.quality
+    values = [[r.values[q.name], getattr(r, x)] for r in exp.rows]
+    front = pareto_front(values, [q.direction, "minimize"]).tolist()
+    return sorted(front, key=lambda i: (getattr(exp.rows[i], x), exp.rows[i].label))
+
+
+def completion_order(exp: Experiment) -> list[TrialRecord]:
+    """Complete trials with ranked rows, in the order they finished."""
+    ranked = {r.trial.id for r in exp.rows}
+    done = [t for t in exp.trials if t.id in ranked]
+    return sorted(done, key=lambda t: (t.finished is None, t.finished or 0.0, t.number))
+
+
+def hypervolume_history(exp: Experiment) -> list[tuple[str, float]]:
+    """(trial id, hypervolume of every point so far) after each completed trial.
+
+    Each objective is scaled by the box from the best value over all points to a
+    reference 10% beyond the worst, so the hypervolume is the share of that box dominated
+    (0 to 1) and the last value does not depend on the objectives' units.
+    """
+    if not exp.rows:
+        return []
+    signs = np.array([1.0 if d == "minimize" else -1.0 for d in exp.directions])
+    f = exp.matrix() * signs
+    best, worst = f.min(axis=0), f.max(axis=0)
+    span = np.where(worst > best, worst - best, 1.0)
+    scaled = (f - best) / (1.1 * span)  # reference at 1.0
+    by_trial = [r.trial.id for r in exp.rows]
+    history, seen = [], set()
+    minimise = ["minimize"] * len(signs)
+    for trial in completion_order(exp):
+        seen.add(trial.id)
+        mask = [t in seen for t in by_trial]
+        history.append((trial.id, hypervolume(scaled[mask], minimise, np.ones(len(signs)))))
+    return history
+
+
+def kendall_tau(x, y) -> float:
+    """Kendall's τ-b (ties in either ranking corrected); scipy's when it is installed."""
+    try:
+        from scipy.stats import kendalltau
+        return float(kendalltau(x, y).statistic)
+    except ImportError:
+        pass
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    i, j = np.triu_indices(len(x), k=1)
+    dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+    denom = math.sqrt(np.count_nonzero(dx) * np.count_nonzero(dy))
+    return float((dx * dy).sum() / denom) if denom else float("nan")
+
+
+@dataclass(frozen=True)
+class Agreement:
+    step: int
+    tau: float
+    trials: int
+
+
+def rank_agreement(exp: Experiment) -> list[Agreement]:
+    """Kendall τ between each rung's quality and the final quality, over the complete
+    trials evaluated at that rung (final: the trial's quality at its own loop count).
+    τ near 1 means ranking at that rung would have picked the same architectures."""
+    q = exp.quality.name
+    final = {}
+    for t in completion_order(exp):
+        if q in t.values and math.isfinite(t.values[q]):
+            final[t.id] = t.values[q]
+    by_step: dict[int, dict[str, float]] = {}
+    for t in exp.trials:
+        if t.id not in final:
+            continue
+        for rung in t.rungs:
+            if rung.quality is not None and math.isfinite(rung.quality):
+                by_step.setdefault(rung.step, {})[t.id] = rung.quality
+    out = []
+    for step in sorted(by_step):
+        ids = sorted(by_step[step])
+        if len(ids) >= 3:
+            tau = kendall_tau([by_step[step][i] for i in ids], [final[i] for i in ids])
+            out.append(Agreement(step, tau, len(ids)))
+    return out
+
+
+__all__ = ["COST_FIELDS", "Agreement", "Experiment", "Row", "completion_order", "front_2d",
+           "hypervolume_history", "kendall_tau", "load", "rank_agreement"]

@@ -1,0 +1,74 @@
+"""Which sampled parameters the final quality depends on: optuna's fANOVA over an
+in-memory study rebuilt from the trial records (``optuna.trial.create_trial``)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .data import Experiment, completion_order
+
+MIN_TRIALS = 4
+
+
+def _distribution(values: list[Any]):
+    """The narrowest optuna distribution that holds every sampled value of a parameter."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    if numeric and all(isinstance(v, int) for v in values):
+        return IntDistribution(min(values), max(values))
+    if numeric:
+        return FloatDistribution(float(min(values)), float(max(values)))
+    return CategoricalDistribution(sorted({_choice(v) for v in values}, key=str))
+
+
+def _choice(v: Any):
+    """Optuna categorical choices are None, bool, int, float or str."""
+    return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
+
+
+def _value(v: Any, dist):
+    from optuna.distributions import FloatDistribution
+    return float(v) if isinstance(dist, FloatDistribution) else _choice(v)
+
+
+def sampled(exp: Experiment) -> tuple[list[dict[str, Any]], list[float]]:
+    """Parameters and final quality of each ranked complete trial, in completion order."""
+    q = exp.quality.name
+    params, quality = [], []
+    for t in completion_order(exp):
+        if t.params and q in t.values and math.isfinite(t.values[q]):
+            params.append(t.params)
+            quality.append(t.values[q])
+    return params, quality
+
+
+def varying(params: list[dict[str, Any]]) -> list[str]:
+    """Parameter names that take more than one value."""
+    names = sorted({n for p in params for n in p})
+    return [n for n in names if len({repr(p.get(n)) for p in params}) > 1]
+
+
+def param_importance(exp: Experiment) -> tuple[dict[str, float], str | None]:
+    """fANOVA importance of each varying parameter for the final quality (sums to 1), or an
+    empty dict and the reason it cannot be computed yet."""
+    params, quality = sampled(exp)
+    names = varying(params)
+    if len(params) < MIN_TRIALS:
+        return {}, f"needs {MIN_TRIALS} complete trials with sampled parameters (have {len(params)})"
+    if not names:
+        return {}, "no sampled parameter varies across the complete trials"
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dists = {n: _distribution([p[n] for p in params if n in p]) for n in names}
+    study = optuna.create_study(direction=exp.quality.direction)
+    for p, value in zip(params, quality):
+        chosen = {n: _value(p[n], dists[n]) for n in names if n in p}
+        study.add_trial(optuna.trial.create_trial(
+            params=chosen, distributions={n: dists[n] for n in chosen}, value=value))
+    try:
+        return dict(optuna.importance.get_param_importances(study, params=names)), None
+    except (RuntimeError, ValueError) as exc:  # e.g. conditional parameters never co-sampled
+        return {}, f"optuna could not compute importance: {exc}"
+
+
+__all__ = ["param_importance", "sampled", "varying"]

@@ -1,0 +1,113 @@
+"""The self-contained HTML page: plotly's JavaScript inlined once, diagrams as data URIs."""
+from __future__ import annotations
+
+import base64
+import io
+import time
+from html import escape
+
+from .axes import nbytes, si
+from .data import Experiment, Row
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1200px; color: #222; }
+h1 { margin-bottom: 4px; } h2 { margin-top: 36px; border-bottom: 1px solid #ddd; }
+.meta { color: #555; } .note { background: #fff8e1; padding: 8px 12px; border-left: 4px solid #ffbf00; }
+.empty { font-size: 1.2em; background: #f5f5f5; padding: 24px; }
+.grid { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
+table { border-collapse: collapse; font-size: 13px; width: 100%; }
+th, td { border-bottom: 1px solid #e4e4e4; padding: 6px 8px; text-align: left; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.knee { background: #fff8e1; } .diagram { max-width: 400px; max-height: 440px; }
+dl { margin: 0; display: grid; grid-template-columns: auto auto; gap: 0 10px; }
+dt { color: #666; white-space: nowrap; } dd { margin: 0; text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+"""
+
+
+def diagram_uri(arch: dict) -> str | None:
+    """The folded architecture diagram (``loopnas graph``) as an SVG data URI. An <img>
+    keeps each SVG's element ids apart from the page's and the other diagrams'."""
+    from nas.graph import folded_graph
+    from nas.spec import ArchSpec
+    from runners.render import draw
+    buf = io.BytesIO()
+    draw(folded_graph(ArchSpec.model_validate(arch))).savefig(
+        buf, format="svg", bbox_inches="tight", facecolor="white")
+    return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _dl(items: list[tuple[str, str]]) -> str:
+    return "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in items) + "</dl>"
+
+
+def cost_items(row: Row) -> list[tuple[str, str]]:
+    s = row.sheet
+    items = [("unique params", si(row.params)), ("proj FLOPs/tok", si(row.compute)),
+             ("fwd FLOPs/tok", si(s["forward_flops_per_token"])),
+             ("KV cache/seq", nbytes(s["kv_cache_bytes"])), ("state/seq", nbytes(s["state_bytes"]))]
+    if s.get("train_flops_per_token") is not None:
+        items.append(("train FLOPs/tok", si(s["train_flops_per_token"])))
+    return items
+
+
+def metric_items(exp: Experiment, row: Row) -> list[tuple[str, str]]:
+    items = [(o.name, f"{row.values[o.name]:.4g}" if o.measured else si(row.values[o.name]))
+             for o in exp.objectives]
+    if row.trial.rungs:
+        last = row.trial.rungs[-1]
+        items += [(k, f"{v:.4g}") for k, v in last.metrics.items() if k not in row.values]
+    if row.trial.wall_time is not None:
+        items.append(("wall time", f"{row.trial.wall_time:.0f} s"))
+    return items
+
+
+def front_table(exp: Experiment, diagrams: dict[str, str | None]) -> str:
+    order = sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label))
+    head = "<tr><th>trial</th><th>architecture</th><th>cost</th><th>metrics</th><th>diagram</th></tr>"
+    body, drawn = [], {}
+    for i in order:
+        r = exp.rows[i]
+        knee = ' class="knee"' if i == exp.knee else ""
+        params = ", ".join(f"{k}={v}" for k, v in r.trial.params.items())
+        uri = diagrams.get(r.trial.id)
+        if r.trial.id in drawn:  # an elastic trial's other loop counts: one diagram is enough
+            img = f"as {escape(drawn[r.trial.id])}"
+        else:
+            img = f'<img class="diagram" alt="diagram of {escape(r.label)}" src="{uri}">' if uri else "—"
+            drawn[r.trial.id] = r.label
+        body.append(
+            f"<tr{knee}><td><b>{escape(r.label)}</b>{'<br>★ knee' if knee else ''}</td>"
+            f"<td>{escape(r.summary)}<br><small>{escape(params)}</small></td>"
+            f"<td>{_dl(cost_items(r))}</td><td>{_dl(metric_items(exp, r))}</td><td>{img}</td></tr>")
+    return f"<table>{head}{''.join(body)}</table>"
+
+
+def header(exp: Experiment) -> str:
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(exp.counts.items())) or "no trials yet"
+    objectives = ", ".join(f"{o.name} ({o.direction})" for o in exp.objectives)
+    html = (f"<h1>{escape(exp.record.name)}</h1><p class='meta'>{len(exp.trials)} of "
+            f"{exp.record.trials} trials: {escape(counts)} · objectives: {escape(objectives)} · "
+            f"context {exp.seq_len} · {len(exp.rows)} points on the charts, {len(exp.front)} on "
+            f"the front · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>")
+    running = exp.counts.get("running", 0)
+    if running:
+        html += (f"<p class='note'>The sweep is still running ({plural(running, 'trial')} in "
+                 "progress): this is a partial report; run <code>loopnas report</code> again to "
+                 "refresh.</p>")
+    if exp.excluded:
+        items = "".join(f"<li>{escape(e)}</li>" for e in exp.excluded)
+        html += (f"<details><summary>{plural(len(exp.excluded), 'point')} left out</summary>"
+                 f"<ul>{items}</ul></details>")
+    return html
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def document(title: str, body: str) -> str:
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>{body}</body></html>")
+
+
+__all__ = ["diagram_uri", "document", "front_table", "header"]

@@ -1,0 +1,74 @@
+"""PNGs of the main charts with matplotlib, for papers and terminals."""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator
+
+from .axes import Axis, log_scale, quality_title
+from .charts import DOMINATED, ELASTIC, FRONT, KNEE
+from .data import Experiment, front_2d
+
+
+def _xy(exp: Experiment, axis: Axis, idx: list[int]) -> tuple[list[float], list[float]]:
+    return ([getattr(exp.rows[i], axis.attr) for i in idx],
+            [exp.rows[i].values[exp.quality.name] for i in idx])
+
+
+def front_png(exp: Experiment, axis: Axis, path: Path) -> Path:
+    """Quality against one cost, the front in this plane in red, members labelled."""
+    front = front_2d(exp, axis.attr)
+    rest = [i for i in range(len(exp.rows)) if i not in set(front)]
+    fig = Figure(figsize=(7.5, 4.8))
+    ax = fig.add_subplot()
+    elastic = defaultdict(list)
+    for i, r in enumerate(exp.rows):
+        if r.k is not None:
+            elastic[r.trial.id].append(i)
+    for n, idx in enumerate(v for v in elastic.values() if len(v) > 1):
+        ax.plot(*_xy(exp, axis, sorted(idx, key=lambda i: exp.rows[i].k)), ":", color=ELASTIC,
+                linewidth=1.2, zorder=1, label="one elastic trial, k = 1…K" if n == 0 else None)
+    ax.scatter(*_xy(exp, axis, rest), s=28, color=DOMINATED, alpha=0.8, zorder=2, label="dominated")
+    ax.plot(*_xy(exp, axis, front), "-o", color=FRONT, markersize=7, markeredgecolor="black",
+            markeredgewidth=0.7, linewidth=2, zorder=3, label="Pareto front")
+    if exp.knee is not None:
+        ax.scatter(*_xy(exp, axis, [exp.knee]), marker="*", s=260, color=KNEE, edgecolor="black",
+                   linewidth=0.7, zorder=4, label="knee")
+    for x, y, i in zip(*_xy(exp, axis, front), front):
+        ax.annotate(exp.rows[i].label, (x, y), xytext=(5, -11), textcoords="offset points",
+                    fontsize=7, color="#7a1010")
+    if log_scale([getattr(r, axis.attr) for r in exp.rows]):
+        ax.set_xscale("log", base=2 if axis.unit == "B" else 10)
+        if axis.unit != "B":  # label 2× and 5× between the decades too
+            ax.xaxis.set_minor_locator(LogLocator(subs=(2, 5)))
+            ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: axis.fmt(x)))
+            ax.tick_params(axis="x", which="minor", labelsize=7)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: axis.fmt(x)))
+    ax.set_xlabel(f"{axis.title} (lower is better)", fontsize=9)
+    ax.set_ylabel(quality_title(exp))
+    ax.set_title(f"{exp.record.name}: {exp.quality.name} vs {axis.short}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150, facecolor="white")
+    return path
+
+
+def hypervolume_png(history: list[tuple[str, float]], name: str, path: Path) -> Path:
+    fig = Figure(figsize=(6.5, 3.8))
+    ax = fig.add_subplot()
+    ax.step(range(1, len(history) + 1), [hv for _, hv in history], "-o", where="post",
+            color=FRONT, markersize=4)
+    ax.set_xlabel("complete trials, in order of completion")
+    ax.set_ylabel("share of objective box dominated")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{name}: hypervolume as trials complete", fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150, facecolor="white")
+    return path
+
+
+__all__ = ["front_png", "hypervolume_png"]
