@@ -8,13 +8,14 @@ from runners.tasks.base import (
     SPLITS,
     Task,
     accuracy_metrics,
+    last_answer_accuracy,
     make_task,
     register_task,
     split_generator,
     task_names,
 )
 from runners.tasks.lm import ByteTokenizer, HFTokenizer, LMTask, load_tokenizer, pack
-from runners.tasks.mqar import MQAR
+from runners.tasks.mqar import MQAR, ZOOLOGY_TEST, ZOOLOGY_TRAIN
 from runners.tasks.state_tracking import CURRICULUM_STAGES, Curriculum, StateTracking
 from runners.tasks.word_problem import PermutationWordProblem, permutation_table
 
@@ -30,7 +31,10 @@ __all__ = [
     "PermutationWordProblem",
     "StateTracking",
     "Task",
+    "ZOOLOGY_TEST",
+    "ZOOLOGY_TRAIN",
     "accuracy_metrics",
+    "last_answer_accuracy",
     "load_tokenizer",
     "make_task",
     "pack",

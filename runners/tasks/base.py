@@ -6,6 +6,7 @@ where a position is not scored.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Protocol, TypeVar, runtime_checkable
 
 import torch
@@ -52,10 +53,17 @@ def task_names() -> tuple[str, ...]:
 
 
 def make_task(name: str, **params: object) -> Task:
-    """Build the task registered as ``name`` with keyword ``params``."""
+    """Build the task registered as ``name`` with keyword ``params``; an unknown
+    parameter is a ``ValueError`` naming it, like a bad value."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(task_names())}")
-    return _REGISTRY[name](**params)
+    factory = _REGISTRY[name]
+    known = {f.name for f in dataclasses.fields(factory)} if dataclasses.is_dataclass(factory) else None
+    unknown = sorted(set(params) - known) if known is not None else []
+    if unknown:
+        raise ValueError(f"task {name!r} has no parameter {', '.join(map(repr, unknown))}; "
+                         f"its parameters: {', '.join(sorted(known))}")
+    return factory(**params)
 
 
 def split_generator(generator: torch.Generator, split: str) -> torch.Generator:
@@ -86,6 +94,18 @@ def accuracy_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, fl
         "acc": correct.sum().item() / scored.sum().item(),
         "seq_acc": seq_ok.float().mean().item(),
     }
+
+
+def last_answer_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """Argmax accuracy at each sequence's last scored position (rows with none are left out)."""
+    scored = labels != IGNORE_INDEX  # (B, T)
+    rows = scored.any(-1)
+    if not rows.any():
+        raise ValueError("no scored positions in labels")
+    positions = torch.arange(labels.shape[-1], device=labels.device)
+    last = torch.where(scored, positions, -1).amax(-1)[rows]  # (B',)
+    picked = logits[rows].argmax(-1).gather(1, last[:, None])[:, 0]
+    return (picked == labels[rows].gather(1, last[:, None])[:, 0]).float().mean().item()
 
 
 def check_batch_size(batch_size: int) -> None:
