@@ -15,6 +15,7 @@ perturbs training).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -46,6 +47,9 @@ class CurriculumConfig(BaseModel):
     stages: tuple[PositiveInt, ...] = CURRICULUM_STAGES
     threshold: float = Field(0.90, gt=0, le=1)
     stage_steps: PositiveInt = 500
+    metric: Literal["last_acc", "acc", "seq_acc"] = Field("last_acc", description="the eval metric "
+                                                          "promoted on: last_acc needs tracking "
+                                                          "to the end (runners.tasks.Curriculum)")
 
 
 class TrainConfig(BaseModel):
@@ -76,6 +80,9 @@ class TrainConfig(BaseModel):
     backend: Literal["auto", "torch", "fla"] = "auto"
     checkpoint_every: PositiveInt | None = None
     curriculum: CurriculumConfig | None = None
+    extrapolate: tuple[dict[str, Any], ...] = Field((), description="task-parameter overrides "
+                                                    "(e.g. {'n': 64} or {'seq_len': 256}), each "
+                                                    "evaluated once at the end: length extrapolation")
     progress: bool = True
 
     @model_validator(mode="after")
@@ -107,6 +114,14 @@ class ElasticPoint(BaseModel):
     metrics: dict[str, float]
 
 
+class ExtrapolationPoint(BaseModel):
+    """The final model evaluated on the task with ``params`` overriding the trained ones."""
+
+    params: dict[str, Any]
+    seq_len: int
+    metrics: dict[str, float]
+
+
 class TrainResult(BaseModel):
     status: Literal["ok", "stopped", "failed"]
     reason: str | None = None
@@ -121,6 +136,7 @@ class TrainResult(BaseModel):
     losses: list[float] = Field(default_factory=list)
     evals: list[EvalRecord] = Field(default_factory=list)
     elastic: list[ElasticPoint] = Field(default_factory=list)
+    extrapolation: list[ExtrapolationPoint] = Field(default_factory=list)
     depth_rows: dict[str, int] = Field(default_factory=dict, description="training rows run at each "
                                        "loop count ('T': the spec's own)")
     curriculum: dict[str, Any] | None = None
@@ -197,6 +213,29 @@ def evaluate(model, task: Task, batches: list, autocast, seed: int, loops: int |
     return {key: value / len(batches) for key, value in sums.items()}
 
 
+def extrapolated(task: Task, params: dict[str, Any]) -> Task:
+    """``task`` with ``params`` overriding its parameters, on the same vocabulary."""
+    known = {f.name for f in dataclasses.fields(task)} if dataclasses.is_dataclass(task) else set()
+    if not known or set(params) - known:
+        raise ValueError(f"extrapolate {params}: task {task.name!r} has no parameter "
+                         f"{sorted(set(params) - known) or list(params)}")
+    longer = dataclasses.replace(task, **params)
+    if longer.vocab_size != task.vocab_size:
+        raise ValueError(f"extrapolate {params}: vocab {longer.vocab_size} differs from the "
+                         f"trained {task.vocab_size}")
+    return longer
+
+
+def extrapolate(model, task: Task, params: dict[str, Any], config: TrainConfig,
+                device: torch.device, autocast) -> ExtrapolationPoint:
+    """Evaluate on ``task`` with ``params`` overriding its parameters (more steps, a longer
+    sequence): the model must have been trained on the same vocabulary."""
+    longer = extrapolated(task, params)
+    batches = eval_batches(longer, config, device)
+    return ExtrapolationPoint(params=params, seq_len=longer.seq_len,
+                              metrics=evaluate(model, longer, batches, autocast, config.seed))
+
+
 def save_checkpoint(path: Path, payload: dict) -> None:
     """Write atomically: a crash mid-write never leaves a torn checkpoint."""
     tmp = path.with_name(path.name + ".tmp")
@@ -224,11 +263,14 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
     """
     start = time.perf_counter()
     arch = arch if arch.is_canonical else resolve(arch)
-    curriculum = (Curriculum(config.curriculum.stages, config.curriculum.threshold)
+    curriculum = (Curriculum(config.curriculum.stages, config.curriculum.threshold,
+                             metric=config.curriculum.metric)
                   if config.curriculum else None)
     task = (curriculum.task(**config.task_params) if curriculum
             else make_task(config.task, **config.task_params))
     proxy = with_vocab(arch, task.vocab_size)
+    for params in config.extrapolate:  # fail now, not after training
+        extrapolated(task, params)
     steps = total_steps(config, task)
     stage_budget = config.curriculum.stage_steps if curriculum else steps
     device = torch.device(config.device)
@@ -310,7 +352,7 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
             metrics = evaluate(model, task, fixed_eval, autocast, config.seed)
             if curriculum:
                 metrics["n"] = float(curriculum.n)
-                promoted = curriculum.promote(metrics["acc"])
+                promoted = curriculum.promote(metrics[curriculum.metric])
                 if promoted and curriculum.done:
                     status, reason = "ok", "every curriculum stage solved"
                 elif promoted:
@@ -342,19 +384,23 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
     final = evals[-1].metrics if evals and evals[-1].step == step else {}
     if status != "failed" and not curriculum and not final:
         final = evaluate(model, task, fixed_eval, autocast, config.seed)
-    metric = "acc" if "acc" in final or curriculum else "eval_loss"
+    metric = getattr(task, "quality_metric", "acc") if "acc" in final or curriculum else "eval_loss"
     points = []
     if status != "failed" and proxy.elastic is not None:
         for k in proxy.elastic.eval:
             m = evaluate(model, task, fixed_eval, autocast, config.seed, loops=k)
             points.append(ElasticPoint(k=k, quality=m[metric], compute=projection_compute(proxy, k),
                                        metrics=m))
+    extrapolation = ([] if status == "failed" else
+                     [extrapolate(model, task, params, config, device, autocast)
+                      for params in config.extrapolate])
     quality = float(curriculum.n_max) if curriculum else final.get(metric)
     result = TrainResult(
         status=status, reason=reason, task=config.task, steps=step, tokens=tokens,
         params=sum(p.numel() for p in model.parameters()),
         quality_metric="n_max" if curriculum else metric, higher_is_better=metric == "acc",
-        quality=quality, final=final, losses=losses, evals=evals, elastic=points, depth_rows=depth_rows,
+        quality=quality, final=final, losses=losses, evals=evals, elastic=points, extrapolation=extrapolation,
+        depth_rows=depth_rows,
         curriculum={**curriculum.summary(), "threshold": curriculum.threshold,
                     "stage_steps": stage_budget} if curriculum else None,
         vocab={"spec": arch.model.vocab_size, "task": task.vocab_size} if proxy is not arch else None,
@@ -368,4 +414,5 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
 
 
 __all__ = ["CurriculumConfig", "TrainConfig", "TrainResult", "EvalRecord", "ElasticPoint",
+           "ExtrapolationPoint", "extrapolate",
            "train", "with_vocab", "lr_at", "param_groups", "evaluate", "save_checkpoint"]
