@@ -1,4 +1,4 @@
-"""``loopnas validate SPEC...``: check specs; exit 2 with one line per problem."""
+"""``loopnas validate FILE...``: check specs and search spaces; exit 2 with one line per problem."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,24 +12,56 @@ from . import app
 from .common import console, console_err, load
 
 
+def is_space(path: Path) -> bool:
+    """A search space: a .py file, or YAML with objectives (a spec has none)."""
+    if path.suffix == ".py":
+        return True
+    from spaces import space_path
+    if not path.exists() and space_path(str(path)) is not None:
+        return True
+    if path.suffix not in (".yaml", ".yml") or not path.is_file():
+        return False
+    import yaml
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and "objectives" in data
+
+
+def check(path: Path) -> str:
+    """One line describing a valid file; raises SpecError otherwise."""
+    if is_space(path):
+        from nas.space import grid_size, load_space
+        space = load_space(path)
+        size = grid_size(space)
+        return (f"space {space.name}: {len(space.spec.params)} parameters"
+                + (f" ({size} grid points)" if size else "")
+                + f", {len(space.constraints)} constraints, objectives "
+                + ", ".join(f"{o.direction} {o.name}" for o in space.spec.objectives))
+    arch = load(path)
+    return f"{arch.name}: {len(arch.layers)} layers, {len(arch.loops)} loop regions"
+
+
 @app.command("validate")
 def validate_cmd(
-    specs: Annotated[list[Path], typer.Argument(help="Spec files or shipped names.", show_default=False)],
+    specs: Annotated[list[Path], typer.Argument(help="Spec or space files, or shipped names.", show_default=False)],
 ) -> None:
-    """Validate architecture specs.
+    """Validate architecture specs and search spaces.
 
-    Example: loopnas validate spaces/archs/mixerloop_15m.yaml
+    Examples:
+      loopnas validate spaces/archs/mixerloop_15m.yaml
+      loopnas validate spaces/quickstart.yaml spaces/*.yaml
     """
     failed = False
     for spec in specs:
         try:
-            arch = load(spec)
+            line = check(spec)
         except SpecError as exc:
             failed = True
             for line in str(exc).splitlines():
                 console_err.print(f"error: {line}", markup=False, highlight=False)
             continue
-        console.print(f"ok  {spec}  ({arch.name}: {len(arch.layers)} layers, "
-                      f"{len(arch.loops)} loop regions)", highlight=False)
+        console.print(f"ok  {spec}  ({line})", highlight=False)
     if failed:
         raise typer.Exit(2)

@@ -1,0 +1,465 @@
+"""Search spaces: a base architecture, named parameters, and what a sweep optimises.
+
+A space (YAML, or a Python file for define-by-run spaces) holds:
+
+- ``base``: a shipped architecture name, a spec file (relative to the space file), or an
+  inline spec mapping;
+- ``params``: each a distribution and a ``target``, a dotted path into the user-level spec
+  (``loop.boundary``, ``loop.T``, ``hybrid.ratio.attn``, ``model.width``,
+  ``layer.mixer.kind``, ``loop.windows``, ``elastic.switch_at``) or into the proxy's
+  trainer settings (``proxy.lr``). ``choices: [...]`` is categorical (any YAML values,
+  lists included; ``null`` deletes the target); ``low``/``high`` is an int range when both
+  are ints, else a float range, optionally ``step``-ped or ``log``. ``when: {other: [values]}``
+  makes a parameter conditional on earlier ones (``T`` only when the boundary loops);
+- ``constraints``: cost-model bounds checked before any training, e.g.
+  ``unique_params <= 20e6`` or ``kv_bytes(seq_len=32768) <= 2e9``;
+- ``match``: resize every candidate to the same unique parameters or projection compute
+  (the spec's own ``match:``, applied to each candidate);
+- ``objectives``: a measured proxy metric (``acc``, ``eval_loss``, ``n_max``, ...) and cost
+  metrics (:data:`COST_METRICS`), each minimised or maximised;
+- ``proxy``: the task and trainer settings of one proxy run;
+- ``search``: sampler, trials, concurrency, resources per trial, early stopping.
+
+A Python space file defines ``SPACE`` (the same mapping; ``params`` optional) and
+``sample(trial, base)``, which calls ``trial.suggest_*`` and returns a user-level spec
+(a mapping, or an ``ArchSpec``); ``base`` is a fresh copy of the base spec mapping.
+
+Pure data and pure functions: no torch, no optuna import (a trial is anything with
+Optuna's ``suggest_*`` methods, so ``optuna.trial.FixedTrial`` replays a candidate).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+from .errors import Problem, SpecError, from_validation_error, suggest
+from .load import parse_yaml, resolve, spec_from_dict
+from .spec import ArchSpec, MatchSpec
+
+COST_METRICS = {
+    "unique_params": "unique parameters",
+    "non_embedding_params": "unique parameters less embeddings",
+    "projection_flops": "projection FLOPs per token (MixerLoop §3.3)",
+    "forward_flops": "projection + loop extras + sequence mixing FLOPs per token",
+    "seq_mixing_flops": "sequence-mixing FLOPs per token at seq_len",
+    "train_flops": "training FLOPs per token",
+    "kv_bytes": "KV cache + recurrent state bytes per sequence at seq_len",
+    "kv_cache_bytes": "KV cache bytes per sequence at seq_len",
+    "state_bytes": "recurrent state bytes per sequence",
+}
+SAMPLERS = ("tpe", "nsga2", "random", "grid", "qmc", "gp", "cmaes", "bruteforce")
+_CONSTRAINT = re.compile(r"^\s*(\w+)\s*(?:\(([^)]*)\))?\s*(<=|>=|<|>)\s*([-+0-9.eE_]+)\s*$")
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ParamSpec(_Data):
+    """One searched parameter; see the module docstring."""
+
+    target: str | None = Field(None, description="dotted path; default: the parameter's name")
+    choices: tuple[Any, ...] | None = Field(None, min_length=1)
+    low: int | float | None = None
+    high: int | float | None = None
+    step: int | float | None = Field(None, gt=0)
+    log: bool = False
+    type: Literal["int", "float"] | None = None
+    when: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_distribution(self) -> "ParamSpec":
+        ranged = self.low is not None or self.high is not None
+        if (self.choices is None) == (not ranged):
+            raise ValueError("give either choices: [...] or low and high")
+        if ranged and (self.low is None or self.high is None):
+            raise ValueError("a range needs both low and high")
+        if ranged and self.low > self.high:
+            raise ValueError(f"low ({self.low}) exceeds high ({self.high})")
+        if self.log and ranged and self.low <= 0:
+            raise ValueError("log: true needs low > 0")
+        if self.log and self.step is not None:
+            raise ValueError("give step or log: true, not both")
+        if self.choices is not None and (self.step or self.log or self.type):
+            raise ValueError("step, log and type apply to ranges, not choices")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """categorical, int (bounds and step written as integers) or float."""
+        if self.choices is not None:
+            return "categorical"
+        if self.type is not None:
+            return self.type
+        ints = all(isinstance(x, int) for x in (self.low, self.high, self.step or 1))
+        return "int" if ints else "float"
+
+
+class ObjectiveSpec(_Data):
+    """``metric``: a proxy metric or one of :data:`COST_METRICS`; ``seq_len`` prices
+    context-dependent cost metrics at another length than the space's."""
+
+    metric: str
+    direction: Literal["minimize", "maximize"]
+    seq_len: PositiveInt | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metric if self.seq_len is None else f"{self.metric}@{self.seq_len}"
+
+    @property
+    def measured(self) -> bool:
+        return self.metric not in COST_METRICS
+
+
+class ProxySpec(_Data):
+    """One proxy run: the trainer's settings (``runners.train.TrainConfig`` field names;
+    checked in full when the sweep starts) and the evaluation schedule."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    task: str = "mqar"
+    task_params: dict[str, Any] = Field(default_factory=dict)
+    steps: PositiveInt | None = None
+    tokens: PositiveInt | None = None
+    batch_size: PositiveInt = 32
+    eval_every: PositiveInt = 50
+
+
+class EarlyStopSpec(_Data):
+    """Pareto-aware successive halving (see ``runners.sweep.stopping``): at each rung
+    (optimizer step), a trial stops when at least ``min_beaten_by`` trials that cost no
+    more on every cost objective already beat its quality at that rung by ``margin``."""
+
+    rungs: tuple[PositiveInt, ...] = Field(min_length=1)
+    margin: float = Field(0.0, ge=0)
+    min_beaten_by: PositiveInt = 1
+
+
+class ResourcesSpec(_Data):
+    cpu: float = Field(1.0, gt=0)
+    gpu: float = Field(0.0, ge=0)
+
+
+class SearchSpec(_Data):
+    sampler: str = "tpe"
+    sampler_params: dict[str, Any] = Field(default_factory=dict)
+    trials: PositiveInt = 8
+    concurrency: PositiveInt = 2
+    resources: ResourcesSpec = ResourcesSpec()
+    early_stopping: EarlyStopSpec | None = None
+    trial_timeout: float | None = Field(None, gt=0, description="seconds per trial")
+    seed: int = 0
+
+
+class SpaceSpec(_Data):
+    name: str = "space"
+    description: str = ""
+    base: str | dict[str, Any] | None = None
+    params: dict[str, ParamSpec] = Field(default_factory=dict)
+    constraints: tuple[str, ...] = ()
+    match: MatchSpec | None = None
+    objectives: tuple[ObjectiveSpec, ...] = Field(min_length=1)
+    proxy: ProxySpec
+    search: SearchSpec = SearchSpec()
+    seq_len: PositiveInt = Field(1024, description="context at which cost sheets are priced")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    metric: str
+    seq_len: int | None
+    op: str
+    bound: float
+    text: str
+
+    def violation(self, value: float) -> float:
+        """How far ``value`` is outside the bound (≤ 0: satisfied), Optuna's convention."""
+        excess = value - self.bound if self.op in ("<=", "<") else self.bound - value
+        return excess if excess != 0 or self.op in ("<=", ">=") else 1.0
+
+
+@dataclass(frozen=True)
+class Space:
+    """A loaded space: its data, the base spec mapping, and a Python ``sample`` if any."""
+
+    spec: SpaceSpec
+    source: Path
+    base: dict[str, Any] | None
+    constraints: tuple[Constraint, ...]
+    sample_fn: Callable[[Any, dict | None], Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def suggest(self, trial) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """Sample one candidate: (user-level spec mapping, proxy overrides, params)."""
+        base = copy.deepcopy(self.base) if self.base is not None else None
+        if self.sample_fn is not None:
+            out = self.sample_fn(trial, base)
+            data = out.model_dump(mode="json", exclude_unset=True) if isinstance(out, ArchSpec) else out
+            if not isinstance(data, dict):
+                raise SpecError([Problem("sample", f"must return a spec mapping or ArchSpec, got "
+                                                   f"{type(out).__name__}")], str(self.source))
+            return self._with_match(data), {}, dict(getattr(trial, "params", {}))
+        data, proxy, params = base or {}, {}, {}
+        for name, p in self.spec.params.items():
+            if not all(params.get(other, _MISSING) in allowed for other, allowed in p.when.items()):
+                continue
+            value = _suggest(trial, name, p)
+            params[name] = value
+            target = p.target or name
+            if target.startswith("proxy."):
+                set_path(proxy, target[len("proxy."):], value)
+            else:
+                set_path(data, target, value)
+        return self._with_match(data), proxy, params
+
+    def _with_match(self, data: dict) -> dict:
+        if self.spec.match is not None:
+            data = {**data, "match": self.spec.match.model_dump(mode="json", exclude_none=True)}
+        return data
+
+    def candidate(self, trial) -> tuple[ArchSpec, dict[str, Any], dict[str, Any]]:
+        """Sample, then lower, validate and budget-match: (canonical spec, proxy overrides,
+        params). Raises :class:`SpecError` for a candidate that is not a valid spec."""
+        data, proxy, params = self.suggest(trial)
+        arch = resolve(spec_from_dict(data, "candidate"), "candidate")
+        return arch, proxy, params
+
+
+_MISSING = object()
+
+
+def _suggest(trial, name: str, p: ParamSpec) -> Any:
+    if p.kind == "categorical":
+        labels = [_label(c) for c in p.choices]
+        label = trial.suggest_categorical(name, labels)
+        return p.choices[labels.index(label)]
+    if p.kind == "int":
+        return trial.suggest_int(name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+    return trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
+
+
+def _label(choice: Any) -> Any:
+    """Optuna's categorical choices must be scalars: other values travel as JSON text."""
+    return choice if choice is None or isinstance(choice, (bool, int, float, str)) else json.dumps(choice)
+
+
+def set_path(data: dict, path: str, value: Any) -> None:
+    """Set ``data[a][b][c] = value`` for ``path`` ``a.b.c`` (None deletes the key)."""
+    *heads, last = path.split(".")
+    for head in heads:
+        nxt = data.get(head)
+        if not isinstance(nxt, dict):
+            nxt = data[head] = {}
+        data = nxt
+    if value is None:
+        data.pop(last, None)
+    else:
+        data[last] = value
+
+
+def spec_hash(arch: ArchSpec, proxy: dict[str, Any] | None = None) -> str:
+    """A canonical spec's identity (with any per-candidate proxy settings): two candidates
+    with the same hash are the same experiment."""
+    payload = json.dumps([arch.model_dump(mode="json"), proxy or {}], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- costs
+
+
+def cost_value(arch: ArchSpec, metric: str, seq_len: int, k: int | None = None, sheets: dict | None = None) -> float:
+    """A cost-model quantity of ``arch`` at ``seq_len`` (``k``: an elastic loop count)."""
+    from .cost import cost
+
+    sheets = {} if sheets is None else sheets
+    if seq_len not in sheets:
+        sheets[seq_len] = cost(arch, seq_len=seq_len)
+    sheet = sheets[seq_len]
+    if metric == "unique_params":
+        return float(sheet.unique_params)
+    if metric == "non_embedding_params":
+        return float(sheet.non_embedding_params)
+    if metric == "train_flops":
+        return float(sheet.train_flops_per_token)
+    f = sheet.figures if k is None else sheet.at(k)
+    return float({
+        "projection_flops": f.projection.total,
+        "forward_flops": f.forward_flops,
+        "seq_mixing_flops": f.seq_mixing_flops,
+        "kv_bytes": f.kv_cache_bytes + f.state_bytes,
+        "kv_cache_bytes": f.kv_cache_bytes,
+        "state_bytes": f.state_bytes,
+    }[metric])
+
+
+def violations(space: Space, arch: ArchSpec, sheets: dict | None = None) -> list[tuple[Constraint, float]]:
+    """Each constraint with its violation amount (> 0: violated)."""
+    return [(c, c.violation(cost_value(arch, c.metric, c.seq_len or space.spec.seq_len, sheets=sheets)))
+            for c in space.constraints]
+
+
+# ---------------------------------------------------------------- loading
+
+
+def parse_constraint(text: str, path: str) -> Constraint:
+    m = _CONSTRAINT.match(text)
+    if m is None:
+        raise SpecError([Problem(path, f"cannot read {text!r}; write e.g. 'unique_params <= 20e6' "
+                                       "or 'kv_bytes(seq_len=32768) <= 2e9'")])
+    metric, args, op, bound = m.groups()
+    if metric not in COST_METRICS:
+        raise SpecError([Problem(path, f"unknown cost metric {metric!r}; {suggest(metric, COST_METRICS)}"
+                                       f"valid: {', '.join(COST_METRICS)}")])
+    seq_len = None
+    for arg in filter(None, (a.strip() for a in (args or "").split(","))):
+        key, _, value = arg.partition("=")
+        if key.strip() != "seq_len" or not value.strip().isdigit():
+            raise SpecError([Problem(path, f"{arg!r}: the only argument is seq_len=<int>")])
+        seq_len = int(value)
+    try:
+        number = float(bound.replace("_", ""))
+    except ValueError:
+        raise SpecError([Problem(path, f"{bound!r} is not a number")]) from None
+    return Constraint(metric, seq_len, op, number, text.strip())
+
+
+def _problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[Problem]:
+    out: list[Problem] = []
+    if base is None and not python:
+        out.append(Problem("base", "a YAML space needs a base architecture (a shipped name, a file, "
+                                   "or an inline spec)"))
+    if not spec.params and not python:
+        out.append(Problem("params", "a YAML space needs at least one parameter"))
+    names = list(spec.params)
+    for i, (name, p) in enumerate(spec.params.items()):
+        for other in p.when:
+            if other not in names[:i]:
+                hint = suggest(other, names[:i])
+                out.append(Problem(f"params.{name}.when.{other}", f"{hint}'when' may name only parameters "
+                                   f"declared before '{name}': {', '.join(names[:i]) or 'none'}"))
+        target = p.target or name
+        if base is not None and not target.startswith("proxy.") and target.split(".")[0] not in ArchSpec.model_fields:
+            out.append(Problem(f"params.{name}.target", f"{target!r} is not a spec field; "
+                               f"{suggest(target.split('.')[0], ArchSpec.model_fields)}targets start with "
+                               "a spec field (model, layer, loop, hybrid, elastic, ...) or 'proxy.'"))
+    measured = [o for o in spec.objectives if o.measured]
+    if len(measured) > 1:
+        out.append(Problem("objectives", "at most one measured (proxy) objective; the others must be "
+                                         f"cost metrics: {', '.join(COST_METRICS)}"))
+    if spec.search.early_stopping is not None:
+        for r in spec.search.early_stopping.rungs:
+            if r % spec.proxy.eval_every:
+                out.append(Problem("search.early_stopping.rungs", f"rung {r} is not a multiple of "
+                                   f"proxy.eval_every ({spec.proxy.eval_every}); rungs are evaluations"))
+    sampler = spec.search.sampler
+    if sampler.lower() not in SAMPLERS and not sampler.endswith("Sampler"):
+        out.append(Problem("search.sampler", f"unknown sampler {sampler!r}; {suggest(sampler, SAMPLERS)}"
+                           f"use one of {', '.join(SAMPLERS)} or an Optuna sampler class name"))
+    return out
+
+
+def _load_base(base: str | dict | None, folder: Path, source: str) -> dict | None:
+    if base is None or isinstance(base, dict):
+        return base
+    path = Path(base)
+    if not path.is_absolute() and (folder / path).is_file():
+        path = folder / path
+    if not path.is_file():
+        from spaces import arch_names, arch_path
+
+        shipped = arch_path(base)
+        if shipped is None:
+            raise SpecError([Problem("base", f"{base!r} is neither a file nor a shipped architecture; "
+                                             f"{suggest(base, arch_names())}")], source)
+        path = shipped
+    return parse_yaml(path.read_text(), str(path))
+
+
+def _space_data(path: Path) -> tuple[dict, Callable | None]:
+    if path.suffix != ".py":
+        return parse_yaml(path.read_text(), str(path)), None
+    module_spec = importlib.util.spec_from_file_location(f"_loopnas_space_{path.stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # a user's file: report, never a traceback
+        raise SpecError([Problem("", f"importing the space file failed: {type(exc).__name__}: {exc}")],
+                        str(path)) from None
+    data, fn = getattr(module, "SPACE", None), getattr(module, "sample", None)
+    if not isinstance(data, dict) or not callable(fn):
+        raise SpecError([Problem("", "a Python space defines SPACE (a mapping) and "
+                                     "sample(trial, base) (returns a spec)")], str(path))
+    return data, fn
+
+
+def load_space(path: str | Path) -> Space:
+    """Load and check a space file (.yaml or .py); raises :class:`SpecError`."""
+    path = Path(path)
+    if not path.is_file():
+        from spaces import space_path
+
+        shipped = space_path(str(path))
+        if shipped is None:
+            raise SpecError([Problem("", "no such space file or shipped space")], str(path))
+        path = shipped
+    data, fn = _space_data(path)
+    try:
+        spec = SpaceSpec.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, SpaceSpec).with_source(str(path)) from None
+    base = _load_base(spec.base, path.parent, str(path))
+    problems = _problems(spec, base, fn is not None)
+    constraints = []
+    for i, text in enumerate(spec.constraints):
+        try:
+            constraints.append(parse_constraint(text, f"constraints[{i}]"))
+        except SpecError as exc:
+            problems += exc.problems
+    if problems:
+        raise SpecError(problems, str(path))
+    space = Space(spec, path, base, tuple(constraints), fn)
+    if base is not None and fn is None:
+        _check_base(space)
+    return space
+
+
+def _check_base(space: Space) -> None:
+    """The base spec must itself be valid: a typo there would make every candidate fail."""
+    try:
+        resolve(spec_from_dict(copy.deepcopy(space.base), "base"), "base")
+    except SpecError as exc:
+        raise SpecError([Problem(f"base.{p.path}" if p.path else "base", p.message) for p in exc.problems],
+                        str(space.source)) from None
+
+
+def grid_size(space: Space) -> int | None:
+    """Number of points of a space whose parameters are all finite (None otherwise)."""
+    total = 1
+    for p in space.spec.params.values():
+        if p.kind == "categorical":
+            total *= len(p.choices)
+        elif p.kind == "int":
+            total *= (int(p.high) - int(p.low)) // int(p.step or 1) + 1
+        elif p.step is not None:
+            total *= int(math.floor((p.high - p.low) / p.step)) + 1
+        else:
+            return None
+    return total
+
+
+__all__ = ["COST_METRICS", "SAMPLERS", "ParamSpec", "ObjectiveSpec", "ProxySpec", "EarlyStopSpec",
+           "SearchSpec", "SpaceSpec", "Constraint", "Space", "load_space", "parse_constraint",
+           "set_path", "spec_hash", "cost_value", "violations", "grid_size"]

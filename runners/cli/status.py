@@ -1,0 +1,78 @@
+"""``loopnas status DIR``: counts by status and the current front of a running or finished sweep."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from . import app
+from .common import JsonOpt, UsageError, console
+
+STATUSES = ("complete", "running", "pruned", "failed", "timeout", "infeasible", "duplicate")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def status_data(exp_dir: Path) -> dict:
+    from runners.sweep.front import front
+    from runners.sweep.records import read_experiment, read_trials
+
+    exp = read_experiment(exp_dir)
+    records = read_trials(exp_dir)
+    counts = {s: sum(r.status == s for r in records) for s in STATUSES}
+    points = front(records, exp.objectives)
+    elastic = sum(1 for r in records if r.status == "complete" and len(r.points) > 1)
+    return {"experiment": exp.name, "dir": str(exp_dir), "backend": exp.backend, "requested": exp.trials,
+            **counts, "elastic_trials": elastic,
+            "objectives": [o.model_dump() for o in exp.objectives],
+            "front": [{"trial": p.trial, "k": p.k, "values": p.values, "summary": p.summary} for p in points],
+            "failures": [{"trial": r.id, "status": r.status, "reason": r.reason} for r in records
+                         if r.status in ("failed", "timeout")]}
+
+
+def print_status(exp_dir: Path) -> None:
+    data = status_data(exp_dir)
+    counts = " · ".join(f"{data[s]} {s}" for s in STATUSES if data[s])
+    console.print(f"[bold]{data['experiment']}[/bold] ({data['backend']}, {data['requested']} trials requested): "
+                  f"{counts or 'no trials yet'}"
+                  + (f" · {data['elastic_trials']} elastic trials (one point per loop count)" if data["elastic_trials"] else ""))
+    if not data["front"]:
+        console.print("no complete trial yet: no front")
+    else:
+        table = Table(title="Pareto front")
+        table.add_column("trial")
+        table.add_column("k", justify="right")
+        for o in data["objectives"]:
+            arrow = "↑" if o["direction"] == "maximize" else "↓"
+            table.add_column(f"{o['name']} {arrow}", justify="right")
+        table.add_column("architecture")
+        for p in data["front"]:
+            table.add_row(p["trial"], "" if p["k"] is None else str(p["k"]),
+                          *[_fmt(p["values"][o["name"]]) for o in data["objectives"]], p["summary"] or "")
+        console.print(table)
+    for f in data["failures"][:5]:
+        console.print(f"{f['trial']} {f['status']}: {f['reason']}", highlight=False, markup=False)
+
+
+@app.command("status")
+def status_cmd(
+    exp_dir: Annotated[Path, typer.Argument(help="An experiment directory written by loopnas sweep.", show_default=False)],
+    as_json: JsonOpt = False,
+) -> None:
+    """Counts by status and the current Pareto front of a running or finished sweep.
+
+    Example: loopnas status runs/quickstart --json
+    """
+    try:
+        data = status_data(exp_dir) if as_json else None
+        if as_json:
+            typer.echo(json.dumps(data, indent=2))
+        else:
+            print_status(exp_dir)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None

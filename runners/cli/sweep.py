@@ -1,0 +1,47 @@
+"""``loopnas sweep SPACE``: search a space; trials train in parallel on Optuna or Ray."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import app
+from .common import OutOpt, UsageError, console
+
+SpaceArg = Annotated[Path, typer.Argument(help="Space file (.yaml or .py), or a shipped space name (quickstart).", show_default=False)]
+
+
+@app.command("sweep")
+def sweep_cmd(
+    space: SpaceArg,
+    out: OutOpt = None,
+    backend: Annotated[str, typer.Option("--backend", help="optuna: local worker processes; ray: Ray Tune (a local instance, or a cluster with --address).")] = "optuna",
+    trials: Annotated[int | None, typer.Option("--trials", help="Trials to run (default: the space's search.trials).", min=1)] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted sweep in --out.")] = False,
+    address: Annotated[str | None, typer.Option("--address", help="Join an existing Ray cluster (auto or host:port).")] = None,
+) -> None:
+    """Search a space and write an experiment directory (default runs/<space name>).
+
+    Examples:
+      loopnas sweep spaces/quickstart.yaml
+      loopnas sweep quickstart --backend ray --out runs/qs
+      loopnas sweep quickstart --out runs/qs --resume
+      loopnas sweep my_space.yaml --backend ray --address auto
+    """
+    from nas.space import load_space
+    from runners.sweep.driver import SweepError
+    from runners.sweep.run import run_sweep
+
+    loaded = load_space(space)
+    try:
+        path = run_sweep(loaded, out=out, backend=backend, trials=trials, resume=resume, address=address)
+    except SweepError as exc:
+        raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        where = out or f"runs/{loaded.name}"
+        console.print(f"interrupted: continue with  loopnas sweep {space} --out {where} --resume")
+        raise typer.Exit(130) from None
+    from .status import print_status
+    print_status(path)
+    console.print(f"experiment: {path}   (loopnas status {path} · loopnas report {path})", highlight=False)

@@ -1,0 +1,385 @@
+"""The sweep driver shared by both backends: the Optuna study, the gate that prices and
+deduplicates every candidate before it may train, the records, resumption.
+
+Whichever backend runs the trials, the driver alone asks and tells the study and writes
+the experiment directory, so both backends produce the same results. A candidate is
+gated in the driver: an invalid spec or a violated constraint is recorded as
+``infeasible`` and never reaches a worker; a canonical spec already trained (same hash)
+is recorded as ``duplicate`` and reuses the first result.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from nas.errors import SpecError
+from nas.space import Space, cost_value, grid_size, spec_hash, violations
+
+from .records import (
+    EXPERIMENT, TRIALS, ExperimentRecord, Objective, Point, Rung, TrialRecord, read_experiment,
+    read_trials, trial_path, write_json,
+)
+from .stopping import ParetoHalving
+
+JOURNAL = "study.journal"
+FINAL = ("complete", "pruned", "failed", "timeout", "duplicate")
+_CONSTRAINTS = "loopnas_constraints"
+_ID, _RESUME = "loopnas_id", "loopnas_resume"
+
+
+class SweepError(ValueError):
+    """A sweep cannot start (a usage problem): one line, exit code 2."""
+
+
+def summary(arch) -> str:
+    """One line: layers, mixers, loops (``2L gdn·swiglu | mixer T=4 ×2``)."""
+    from collections import Counter
+
+    mixers = Counter(layer.mixer.kind for layer in arch.layers)
+    mix = "+".join(f"{n}{k}" if len(mixers) > 1 else k for k, n in mixers.items())
+    ffn = arch.layers[0].ffn.kind
+    loops = ", ".join(f"{r.start.op}{r.start.layer}..{r.end.op}{r.end.layer} T={r.T}" for r in arch.loops[:3])
+    more = f" (+{len(arch.loops) - 3})" if len(arch.loops) > 3 else ""
+    return f"{len(arch.layers)}L d={arch.model.width} {mix}·{ffn} | " + (f"loops: {loops}{more}" if loops else "no loop")
+
+
+def make_sampler(space: Space, trials: int):
+    """An Optuna sampler by name, sized for small sweeps (TPE's 10 start-up trials and
+    NSGA-II's population of 50 would make a small sweep pure random search)."""
+    import optuna
+
+    search = space.spec.search
+    name, params = search.sampler.lower(), dict(search.sampler_params)
+    cf = _constraints_func if space.constraints else None
+    seed = params.pop("seed", search.seed)
+    if name == "tpe":
+        params.setdefault("n_startup_trials", max(2, min(10, trials // 4)))
+        return optuna.samplers.TPESampler(seed=seed, constraints_func=cf, **params)
+    if name == "nsga2":
+        params.setdefault("population_size", max(4, min(50, trials // 3)))
+        return optuna.samplers.NSGAIISampler(seed=seed, constraints_func=cf, **params)
+    if name == "grid":
+        grid = params.pop("search_space", None) or _grid(space)
+        return _grid_sampler()(grid, seed=seed, **params)
+    classes = {"random": "RandomSampler", "qmc": "QMCSampler", "gp": "GPSampler",
+               "cmaes": "CmaEsSampler", "bruteforce": "BruteForceSampler"}
+    cls = getattr(optuna.samplers, classes.get(name, search.sampler), None)
+    if cls is None:
+        raise SweepError(f"search.sampler: optuna has no sampler {search.sampler!r}")
+    if cf is not None and "constraints_func" in cls.__init__.__code__.co_varnames:
+        params["constraints_func"] = cf
+    return cls(seed=seed, **params)
+
+
+def _grid(space: Space) -> dict[str, list]:
+    from nas.space import _label
+
+    if space.sample_fn is not None:
+        raise SweepError("search.sampler: grid over a Python space needs sampler_params.search_space")
+    grid = {}
+    for name, p in space.spec.params.items():
+        if p.kind == "categorical":
+            grid[name] = [_label(c) for c in p.choices]
+        elif p.kind == "int":
+            grid[name] = list(range(int(p.low), int(p.high) + 1, int(p.step or 1)))
+        elif p.step is not None:
+            n = int((p.high - p.low) / p.step + 1e-9) + 1
+            grid[name] = [p.low + i * p.step for i in range(n)]
+        else:
+            raise SweepError(f"params.{name}: a grid needs finite choices (give step for a float range)")
+    return grid
+
+
+def _grid_sampler():
+    import optuna
+
+    class GridSampler(optuna.samplers.GridSampler):
+        """Optuna's grid, without its ``study.stop()`` once the grid is exhausted: that
+        works only inside ``study.optimize``, and the driver's budget ends the sweep."""
+
+        def after_trial(self, study, trial, state, values) -> None:
+            pass
+
+    return GridSampler
+
+
+def _constraints_func(trial) -> list[float]:
+    return trial.user_attrs.get(_CONSTRAINTS, [0.0])
+
+
+class Sweep:
+    """One experiment directory and its study; see the module docstring."""
+
+    def __init__(self, space: Space, out: str | Path, backend: str, trials: int | None = None,
+                 resume: bool = False):
+        import optuna
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.space, self.out, self.backend = space, Path(out), backend
+        spec = space.spec
+        self.objectives = [Objective(name=o.name, direction=o.direction, measured=o.measured)
+                           for o in spec.objectives]
+        self.measured = next((o for o in spec.objectives if o.measured), None)
+        self.total = trials or spec.search.trials
+        if spec.search.sampler.lower() == "grid" and space.sample_fn is None:
+            self.total = min(self.total, grid_size(space) or self.total)
+        self._open(resume)
+        self.storage = JournalStorage(JournalFileBackend(str(self.out / JOURNAL)))
+        self.sampler = make_sampler(space, self.total)
+        self.study = optuna.create_study(
+            storage=self.storage, sampler=self.sampler, study_name=spec.name, load_if_exists=True,
+            directions=[o.direction for o in spec.objectives])
+        self.study.set_metric_names([o.name for o in self.objectives])
+        self.records: dict[str, TrialRecord] = {r.id: r for r in read_trials(self.out)}
+        self.by_hash = {r.spec_hash: r.id for r in self.records.values()
+                        if r.status in FINAL and r.status != "duplicate" and r.spec_hash}
+        self.trials: dict[str, Any] = {}  # id → the live optuna trial of an active job
+        self.active: set[str] = set()
+        self.waiting: dict[str, list[str]] = {}  # hash → duplicate ids awaiting the original
+        self.infeasible_streak = 0
+        es = spec.search.early_stopping
+        self.stopper = ParetoHalving(es.rungs, es.margin, es.min_beaten_by) if es else None
+        self._sheets: dict[str, dict] = {}
+        if self.stopper is not None:
+            for r in self.records.values():
+                for rung in r.rungs:
+                    if r.arch is not None and rung.quality is not None and rung.step in es.rungs:
+                        self.stopper.record(r.id, rung.step, self._cost_key(r), self._oriented(rung.quality))
+        if resume:
+            self._recover()
+
+    # ------------------------------------------------------------ directory
+
+    def _open(self, resume: bool) -> None:
+        exists = (self.out / EXPERIMENT).is_file()
+        if exists and not resume:
+            raise SweepError(f"{self.out} already holds an experiment; pass --resume to continue it "
+                             "or choose another --out")
+        if resume and not exists:
+            raise SweepError(f"--resume: {self.out} holds no experiment to resume")
+        if resume:
+            old = read_experiment(self.out)
+            if old.space != self.space.spec.model_dump(mode="json"):
+                raise SweepError(f"--resume: the space differs from the one {self.out} was started with "
+                                 f"({self.out / 'space.yaml'})")
+            return
+        (self.out / TRIALS).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.space.source, self.out / f"space{self.space.source.suffix}")
+        write_json(self.out / EXPERIMENT, ExperimentRecord(
+            name=self.space.name, space=self.space.spec.model_dump(mode="json"),
+            objectives=self.objectives, backend=self.backend, trials=self.total,
+            seed=self.space.spec.search.seed, created=time.time(), seq_len=self.space.spec.seq_len))
+
+    def _write(self, record: TrialRecord) -> None:
+        self.records[record.id] = record
+        write_json(trial_path(self.out, record.id), record)
+
+    def _recover(self) -> None:
+        """After a crash: trials left running are failed in the study and queued again with
+        the same parameters; the re-run keeps its id and resumes from its checkpoint."""
+        import optuna
+
+        states = {t.number: t for t in self.study.get_trials(deepcopy=False)}
+        running = {r.number for r in self.records.values() if r.status == "running"}
+        for number, t in states.items():
+            if t.state == optuna.trial.TrialState.RUNNING:
+                self.study.tell(number, state=optuna.trial.TrialState.FAIL)
+        for r in self.records.values():
+            if r.number in running and r.number in states:
+                self.study.enqueue_trial(states[r.number].params, user_attrs={_ID: r.id, _RESUME: True},
+                                         skip_if_exists=False)
+
+    # ------------------------------------------------------------ budget
+
+    def counted(self) -> int:
+        """Trials that use the budget: finished ones and those running in this driver."""
+        final = sum(r.status in FINAL for r in self.records.values())
+        return final + len(self.active) + sum(map(len, self.waiting.values()))
+
+    def wants_more(self) -> bool:
+        return self.counted() < self.total and self.infeasible_streak < 50 * self.total
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in ("complete", "running", "pruned", "failed", "timeout", "infeasible", "duplicate")}
+        for r in self.records.values():
+            if r.status == "running" and r.id not in self.active and not r.duplicate_of:
+                continue  # interrupted, queued again
+            out[r.status] += 1
+        return out
+
+    def next_job(self) -> dict | None:
+        """Ask the study until a candidate must be trained (None: the budget is spent)."""
+        while self.wants_more():
+            job = self.gate(self.study.ask())
+            if job is not None:
+                return job
+        return None
+
+    # ------------------------------------------------------------ the gate
+
+    def gate(self, trial) -> dict | None:
+        """Price and check a sampled trial. Returns the job to train, or None when the trial
+        was settled here (infeasible, or a duplicate)."""
+        rid = trial.user_attrs.get(_ID) or f"t{trial.number:04d}"
+        record = TrialRecord(id=rid, number=trial.number, status="running", seed=self.space.spec.search.seed,
+                             started=time.time())
+        n = len(self.space.constraints)
+        try:
+            arch, proxy, params = self.space.candidate(trial)
+        except SpecError as exc:
+            if n:
+                trial.set_user_attr(_CONSTRAINTS, [1.0] * n)
+            self.infeasible_streak += 1
+            record = record.model_copy(update={"params": dict(trial.params), "status": "infeasible",
+                                               "reason": "invalid spec: " + "; ".join(p.render(None) for p in exc.problems)})
+            self._settle(trial, record, None)
+            return None
+        h = spec_hash(arch, proxy)
+        sheets: dict = {}
+        bad = violations(self.space, arch, sheets)
+        record = record.model_copy(update={
+            "params": params, "spec_hash": h, "arch": arch.model_dump(mode="json"), "summary": summary(arch),
+            "cost": self._sheet(arch, sheets),
+            "violations": [f"{c.text} (is {cost_value(arch, c.metric, c.seq_len or self.space.spec.seq_len, sheets=sheets):.4g})"
+                           for c, v in bad if v > 0]})
+        self._sheets[rid] = sheets
+        if n:
+            trial.set_user_attr(_CONSTRAINTS, [max(0.0, v) for _, v in bad])
+        if record.violations:
+            self.infeasible_streak += 1
+            self._settle(trial, record.model_copy(update={"status": "infeasible",
+                                                          "reason": "; ".join(record.violations)}), None)
+            return None
+        self.infeasible_streak = 0
+        if h in self.by_hash:
+            original = self.records[self.by_hash[h]]
+            self._settle(trial, self._as_duplicate(record, original), original)
+            return None
+        if any(self.records[i].spec_hash == h for i in self.active):
+            original = next(i for i in self.active if self.records[i].spec_hash == h)
+            self.waiting.setdefault(h, []).append(rid)
+            self.trials[rid] = trial
+            self._write(record.model_copy(update={"duplicate_of": original}))
+            return None
+        self.trials[rid] = trial
+        self.active.add(rid)
+        self._write(record)
+        config = {**self.space.spec.proxy.model_dump(mode="json", exclude_none=True), **proxy,
+                  "seed": self.space.spec.search.seed, "checkpoint_every": self.space.spec.proxy.eval_every}
+        return {"id": rid, "arch": record.arch, "config": config, "dir": str(self.out / TRIALS / rid),
+                "metric": self.measured.metric if self.measured else "eval_loss",
+                "timeout": self.space.spec.search.trial_timeout, "resume": bool(trial.user_attrs.get(_RESUME))}
+
+    def _sheet(self, arch, sheets: dict) -> dict:
+        cost_value(arch, "unique_params", self.space.spec.seq_len, sheets=sheets)
+        return sheets[self.space.spec.seq_len].to_dict()
+
+    def _as_duplicate(self, record: TrialRecord, original: TrialRecord) -> TrialRecord:
+        return record.model_copy(update={
+            "status": "duplicate", "duplicate_of": original.id, "points": original.points,
+            "reason": f"same canonical spec as {original.id} ({original.status}); its result is reused",
+            "finished": time.time()})
+
+    # ------------------------------------------------------------ results
+
+    def _cost_key(self, record: TrialRecord) -> tuple[float, ...]:
+        """The cost objectives of a trial, oriented lower-is-better."""
+        out = []
+        for o in self.space.spec.objectives:
+            if not o.measured:
+                value = cost_value(self._arch(record), o.metric, o.seq_len or self.space.spec.seq_len,
+                                   sheets=self._sheets.setdefault(record.id, {}))
+                out.append(value if o.direction == "minimize" else -value)
+        return tuple(out)
+
+    def _arch(self, record: TrialRecord):
+        from nas.spec import ArchSpec
+
+        return ArchSpec.model_validate(record.arch)
+
+    def _oriented(self, quality: float) -> float:
+        return quality if self.measured is None or self.measured.direction == "maximize" else -quality
+
+    def on_rung(self, rid: str, rung: Rung) -> bool:
+        """Record a rung; False: stop the trial here (Pareto-aware early stopping)."""
+        record = self.records[rid]
+        self._write(record.model_copy(update={"rungs": [*record.rungs, rung]}))
+        if self.stopper is None or record.arch is None or record.arch.get("elastic"):
+            return True  # an elastic trial yields a whole curve: it is never stopped
+        quality = None if rung.quality is None else self._oriented(rung.quality)
+        return not self.stopper.decide(rid, rung.step, self._cost_key(record), quality)
+
+    def points(self, record: TrialRecord, measured: list[dict]) -> list[Point]:
+        """One point per evaluated loop count (elastic), else one: every objective's value."""
+        elastic = [m for m in measured if m["k"] is not None]
+        out = []
+        for m in elastic or measured:
+            values = {}
+            for o in self.space.spec.objectives:
+                if o.measured:
+                    values[o.name] = float(m["value"])
+                else:
+                    values[o.name] = cost_value(self._arch(record), o.metric, o.seq_len or self.space.spec.seq_len,
+                                                k=m["k"], sheets=self._sheets.setdefault(record.id, {}))
+            out.append(Point(k=m["k"], values=values))
+        return out
+
+    def finish(self, rid: str, outcome: dict[str, Any]) -> None:
+        """Record a trained trial's outcome, tell the study, settle its duplicates."""
+        if rid not in self.active:
+            return
+        self.active.discard(rid)
+        record = self.records[rid]
+        status = outcome["status"]
+        rungs = [Rung.model_validate(r) for r in outcome.get("rungs") or []] or record.rungs
+        points = self.points(record, outcome["measured"]) if status == "complete" else []
+        record = record.model_copy(update={
+            "status": status, "reason": outcome.get("reason"), "rungs": rungs, "points": points,
+            "node": outcome.get("node"), "started": outcome.get("started", record.started),
+            "finished": outcome.get("finished", time.time()), "wall_time": outcome.get("wall_time")})
+        self._settle(self.trials.pop(rid), record, None)
+        if status in ("complete", "pruned") or status == "failed" and not outcome.get("crashed"):
+            self.by_hash[record.spec_hash] = rid  # deterministic outcomes: a duplicate would repeat them
+        for dup in self.waiting.pop(record.spec_hash, []):
+            self._settle(self.trials.pop(dup), self._as_duplicate(self.records[dup], record), record)
+
+    def _settle(self, trial, record: TrialRecord, original: TrialRecord | None) -> None:
+        """Write the record and tell the study what became of the trial."""
+        import optuna
+
+        TS = optuna.trial.TrialState
+        self._write(record)
+        trial.set_user_attr("loopnas", {"id": record.id, "status": record.status,
+                                        "duplicate_of": record.duplicate_of})
+        status = original.status if original is not None else record.status
+        main = record.points[-1].values if record.points else None
+        if status == "complete" and main is not None:
+            self.study.tell(trial, [main[o.name] for o in self.objectives])
+        elif status == "infeasible" and self.space.constraints and record.arch is not None and self.measured:
+            # constraint-aware samplers learn the infeasible region from complete trials
+            # whose constraints are > 0; plain Optuna's best_trials leaves them out.
+            fill = 0.0 if self.measured.direction == "maximize" else 1e9
+            values = {o.name: fill if o.measured else cost_value(self._arch(record), o.metric,
+                      o.seq_len or self.space.spec.seq_len, sheets=self._sheets.get(record.id, {}))
+                      for o in self.space.spec.objectives}
+            self.study.tell(trial, [values[o.name] for o in self.objectives])
+        elif status in ("pruned", "infeasible"):
+            self.study.tell(trial, state=TS.PRUNED)
+        else:
+            self.study.tell(trial, state=TS.FAIL)
+
+    def interrupted(self) -> None:
+        """The driver is stopping early: active trials stay ``running`` for --resume."""
+        self.active.clear()
+        self.waiting.clear()
+
+
+def default_out(space: Space) -> Path:
+    return Path("runs") / space.name
+
+
+__all__ = ["Sweep", "SweepError", "make_sampler", "summary", "default_out", "JOURNAL"]

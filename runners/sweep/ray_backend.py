@@ -1,0 +1,129 @@
+"""The ``ray`` backend: Ray Tune schedules trials on a local Ray instance or a cluster.
+
+- Sampling: Optuna through Ray's ``OptunaSearch`` in multi-objective mode, wrapped by
+  :class:`GateSearcher`, which passes each suggestion through the driver's gate
+  (infeasible and duplicate candidates never become Ray trials) and leaves the telling
+  to the driver: ``OptunaSearch`` would tell a stopped trial as COMPLETE with its
+  truncated values, which corrupts the front.
+- Early stopping: :class:`ParetoScheduler` asks the driver at every rung.
+- Records: :class:`RecordCallback` hands rungs and outcomes to the driver, which writes
+  the experiment directory (on the driver's machine, whatever node trained the trial).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Callable
+
+from .driver import Sweep
+from .records import Rung
+
+
+def _quiet_env() -> None:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token file, no warning (Ray 2.60)
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+def _components(sweep: Sweep, on_change: Callable[[], None]):
+    from ray.tune import Callback
+    from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+    from ray.tune.search import Searcher
+    from ray.tune.search.optuna import OptunaSearch
+
+    class GateSearcher(Searcher):
+        def __init__(self):
+            super().__init__(metric=None, mode=None)
+            self.inner = OptunaSearch(
+                space=lambda trial: sweep.space.suggest(trial) and None,
+                metric=[o.name for o in sweep.objectives],
+                mode=["max" if o.direction == "maximize" else "min" for o in sweep.objectives],
+                sampler=sweep.sampler, storage=sweep.storage, study_name=sweep.space.spec.name)
+
+        def set_search_properties(self, metric, mode, config, **spec) -> bool:
+            return True
+
+        def suggest(self, trial_id: str):
+            while sweep.wants_more():
+                self.inner.suggest(trial_id)
+                # From here the driver owns this Optuna trial (ask → gate → tell).
+                job = sweep.gate(self.inner._ot_trials.pop(trial_id))
+                on_change()
+                if job is not None:
+                    return {"job": job}
+            return Searcher.FINISHED if not sweep.wants_more() else None
+
+        def on_trial_complete(self, trial_id, result=None, error=False) -> None:
+            pass  # RecordCallback tells the study
+
+        def save_to_dir(self, *args, **kwargs) -> None:
+            pass  # the study and the records are the state; --resume rebuilds from them
+
+        def restore_from_dir(self, *args, **kwargs) -> None:
+            pass
+
+    class ParetoScheduler(FIFOScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            if "rung" not in result:
+                return TrialScheduler.CONTINUE
+            rid = trial.config["job"]["id"]
+            if sweep.on_rung(rid, Rung.model_validate_json(result["rung"])):
+                return TrialScheduler.CONTINUE
+            sweep.finish(rid, {"status": "pruned", "reason": f"stopped early at step {result['step']}",
+                               "node": result.get("node_ip")})
+            on_change()
+            return TrialScheduler.STOP
+
+    class RecordCallback(Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if "outcome" in result:
+                sweep.finish(trial.config["job"]["id"], json.loads(result["outcome"]))
+                on_change()
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            sweep.finish(trial.config["job"]["id"], {
+                "status": "failed", "crashed": True,
+                "reason": f"the trial's Ray actor died: {str(trial.error_file or '')[-200:]}"})
+            on_change()
+
+    return GateSearcher(), ParetoScheduler(), RecordCallback()
+
+
+def run_ray(sweep: Sweep, address: str | None = None, on_change: Callable[[], None] = lambda: None) -> None:
+    """Run the sweep on Ray Tune; starts a local Ray instance unless ``address`` is given
+    (``auto`` or ``host:port`` joins an existing cluster)."""
+    _quiet_env()
+    import ray
+    from ray import tune
+
+    from .trial import ray_trainable
+
+    search = sweep.space.spec.search
+    started = not ray.is_initialized()
+    if started:
+        local = {} if address else {"num_cpus": max(1, int(search.concurrency * search.resources.cpu))}
+        ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR,
+                 log_to_driver=False, configure_logging=False, **local)
+    searcher, scheduler, callback = _components(sweep, on_change)
+    resources = {"cpu": search.resources.cpu, "gpu": search.resources.gpu}
+    tuner = tune.Tuner(
+        tune.with_resources(ray_trainable, resources),
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=-1,
+                                    max_concurrent_trials=search.concurrency, reuse_actors=True),
+        run_config=tune.RunConfig(name="ray", storage_path=str((sweep.out / "ray").resolve()), verbose=0,
+                                  callbacks=[callback], failure_config=tune.FailureConfig(max_failures=0)))
+    try:
+        tuner.fit()
+    except BaseException:
+        sweep.interrupted()
+        raise
+    finally:
+        if started:
+            ray.shutdown()
+    if sweep.active:  # Ctrl-C makes fit() return early: leave those trials to --resume
+        sweep.interrupted()
+
+
+__all__ = ["run_ray"]

@@ -1,0 +1,70 @@
+"""``run_sweep``: a space in, an experiment directory out, on the chosen backend."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from nas.space import Space, load_space
+
+from .driver import Sweep, default_out
+from .front import front
+from .records import read_trials
+
+BACKENDS = ("optuna", "ray")
+DEFAULT_BACKEND = "optuna"  # one machine: no Ray start-up; see benchmarks/bench_sweep.py
+
+
+def _line(sweep: Sweep) -> str:
+    c = sweep.counts()
+    best = front(list(sweep.records.values()), sweep.objectives)
+    shown = ", ".join(f"{p.trial}{'' if p.k is None else f'@k={p.k}'}" for p in best[:6])
+    parts = [f"{c['complete']} complete", f"{c['running']} running"]
+    parts += [f"{c[s]} {s}" for s in ("pruned", "failed", "timeout", "infeasible", "duplicate") if c[s]]
+    return " · ".join(parts) + (f" │ front: {shown}" if shown else "")
+
+
+def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend: str = DEFAULT_BACKEND,
+              trials: int | None = None, resume: bool = False, address: str | None = None,
+              progress: bool = True) -> Path:
+    """Run (or ``resume``) a sweep; returns the experiment directory."""
+    from .driver import SweepError
+
+    space = space if isinstance(space, Space) else load_space(space)
+    if backend not in BACKENDS:
+        raise SweepError(f"--backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
+    if address and backend != "ray":
+        raise SweepError("--address joins a Ray cluster: use it with --backend ray")
+    out = Path(out) if out is not None else default_out(space)
+    sweep = Sweep(space, out, backend, trials=trials, resume=resume)
+    console = Console(stderr=True)
+    bar = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("{task.description}"), console=console,
+                   disable=not progress, transient=False)
+    with bar:
+        task = bar.add_task("", total=sweep.total, name=space.name)
+
+        def on_change() -> None:
+            c = sweep.counts()
+            bar.update(task, completed=sweep.total - max(0, sweep.total - sum(
+                c[s] for s in ("complete", "pruned", "failed", "timeout", "duplicate"))),
+                description=_line(sweep))
+
+        on_change()
+        if backend == "ray":
+            from .ray_backend import run_ray
+            run_ray(sweep, address=address, on_change=on_change)
+        else:
+            from .local import run_local
+            run_local(sweep, on_change=on_change)
+        on_change()
+    return out
+
+
+def finished(out: str | Path) -> int:
+    """How many trials of an experiment reached a final status."""
+    return sum(r.status not in ("running", "infeasible") for r in read_trials(out))
+
+
+__all__ = ["run_sweep", "BACKENDS", "DEFAULT_BACKEND", "finished"]
