@@ -19,8 +19,8 @@ def _brute_front(values, directions):
     return [i for i in rows if not any(dominates(values[j], values[i], directions) for j in rows)]
 
 
-def _grid_hv(values, reference, steps=40):
-    """Hypervolume by counting grid cells of a 3-D box, for minimisation with integer data."""
+def _grid_hv(values, reference, steps=2):
+    """Hypervolume by counting grid cells of a 3-D box (exact for integer data)."""
     lo = np.min(values, axis=0)
     axes = [np.arange(lo[d], reference[d], 1.0 / steps) + 0.5 / steps for d in range(3)]
     cells = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)

@@ -19,8 +19,9 @@ def front_table(exp) -> Table:
     appear once, among the cost columns."""
     from runners.report.axes import nbytes, si
     measured = [o for o in exp.objectives if o.measured]
-    table = Table(title=f"{exp.record.name}: Pareto front ({len(exp.front)} of {len(exp.rows)} "
-                        f"points; ★ knee)")
+    from runners.report.page import plural
+    table = Table(title=f"{exp.record.name}: Pareto front ({len(exp.front)} of "
+                        f"{plural(len(exp.rows), 'point')}; ★ knee)")
     table.add_column("trial", no_wrap=True)
     for col in (*(o.name for o in measured), "proj FLOPs/tok", "params", f"memory@{exp.seq_len}"):
         table.add_column(col, justify="right", no_wrap=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .axes import axes
 from .data import Experiment, front_2d, hypervolume_history, load, rank_agreement
-from .page import diagram_uri, document, front_table, header
+from .page import diagram_uri, document, front_table, header, plural
 
 REPORT = "report"
 
@@ -89,7 +89,7 @@ def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
                                                 "with a varying sampled parameter.")])
     diagrams = {exp.rows[i].trial.id: diagram_uri(exp.rows[i].trial.arch)
                 for i in exp.front if exp.rows[i].trial.arch is not None}
-    body += _section(f"The front: {len(exp.front)} points over "
+    body += _section(f"The front: {plural(len(exp.front), 'point')} over "
                      f"{', '.join(o.name for o in exp.objectives)}", [front_table(exp, diagrams)])
     return body, pngs
 

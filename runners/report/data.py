@@ -104,7 +104,7 @@ def _sheet_at(cost: dict, k: int | None) -> dict:
 
 
 def _reprice(trial: TrialRecord, seq_len: int) -> dict | None:
-    """The trial's cost sheet at another context, from its canonical spec."""
+    """The trial's cost sheet at another context (or a missing one), from its canonical spec."""
     if trial.arch is None:
         return trial.cost
     from nas.cost import cost
@@ -164,7 +164,8 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
     for trial in exp.trials:
         if trial.status != "complete":
             continue
-        cost = trial.cost if exp.seq_len == record.seq_len else _reprice(trial, exp.seq_len)
+        same = exp.seq_len == record.seq_len and trial.cost is not None
+        cost = trial.cost if same else _reprice(trial, exp.seq_len)
         rows, excluded = _rows(trial, exp.objectives, cost)
         exp.rows += rows
         exp.excluded += excluded
@@ -207,13 +208,14 @@ def hypervolume_history(exp: Experiment) -> list[tuple[str, float]]:
     best, worst = f.min(axis=0), f.max(axis=0)
     span = np.where(worst > best, worst - best, 1.0)
     scaled = (f - best) / (1.1 * span)  # reference at 1.0
-    by_trial = [r.trial.id for r in exp.rows]
-    history, seen = [], set()
+    by_trial = np.array([r.trial.id for r in exp.rows])
     minimise = ["minimize"] * len(signs)
+    history, front = [], np.empty((0, len(signs)))
     for trial in completion_order(exp):
-        seen.add(trial.id)
-        mask = [t in seen for t in by_trial]
-        history.append((trial.id, hypervolume(scaled[mask], minimise, np.ones(len(signs)))))
+        # the front so far plus the new points dominates what all points so far dominate
+        front = np.vstack([front, scaled[by_trial == trial.id]])
+        front = front[pareto_front(front, minimise)]
+        history.append((trial.id, hypervolume(front, minimise, np.ones(len(signs)))))
     return history
 
 

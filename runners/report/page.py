@@ -10,7 +10,7 @@ from .axes import nbytes, si
 from .data import Experiment, Row
 
 CSS = """
-body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1200px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1200px; padding: 0 16px; color: #222; }
 h1 { margin-bottom: 4px; } h2 { margin-top: 36px; border-bottom: 1px solid #ddd; }
 .meta { color: #555; } .note { background: #fff8e1; padding: 8px 12px; border-left: 4px solid #ffbf00; }
 .empty { font-size: 1.2em; background: #f5f5f5; padding: 24px; }
@@ -87,8 +87,8 @@ def header(exp: Experiment) -> str:
     objectives = ", ".join(f"{o.name} ({o.direction})" for o in exp.objectives)
     html = (f"<h1>{escape(exp.record.name)}</h1><p class='meta'>{len(exp.trials)} of "
             f"{exp.record.trials} trials: {escape(counts)} · objectives: {escape(objectives)} · "
-            f"context {exp.seq_len} · {len(exp.rows)} points on the charts, {len(exp.front)} on "
-            f"the front · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>")
+            f"context {exp.seq_len} · {plural(len(exp.rows), 'point')} on the charts, "
+            f"{len(exp.front)} on the front · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>")
     running = exp.counts.get("running", 0)
     if running:
         html += (f"<p class='note'>The sweep is still running ({plural(running, 'trial')} in "

@@ -44,7 +44,7 @@ def front_png(exp: Experiment, axis: Axis, path: Path) -> Path:
         if axis.unit != "B":  # label 2× and 5× between the decades too
             ax.xaxis.set_minor_locator(LogLocator(subs=(2, 5)))
             ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: axis.fmt(x)))
-            ax.tick_params(axis="x", which="minor", labelsize=7)
+            ax.tick_params(axis="x", which="both", labelsize=8)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: axis.fmt(x)))
     ax.set_xlabel(f"{axis.title} (lower is better)", fontsize=9)
     ax.set_ylabel(quality_title(exp))
