@@ -82,19 +82,23 @@ def hypervolume_figure(history: list[tuple[str, float]]) -> go.Figure:
         hovertemplate="after %{customdata} (trial %{x} to finish)<br>hypervolume %{y:.4f}<extra></extra>"))
     fig.update_layout(**LAYOUT)
     fig.update_layout(title_text="hypervolume as trials complete")
-    fig.update_xaxes(title="complete trials, in order of completion", rangemode="tozero")
+    fig.update_xaxes(title="complete trials, in order of completion", rangemode="tozero",
+                     dtick=max(1, math.ceil(len(history) / 10)))
     fig.update_yaxes(title="share of the objective box dominated", rangemode="tozero")
     return fig
 
 
 def agreement_figure(agreement: list[Agreement]) -> go.Figure:
+    """τ per rung; a rung at which every trial ties has no τ and shows as a grey stub."""
+    defined = [not math.isnan(a.tau) for a in agreement]
     fig = go.Figure(go.Bar(
-        x=[f"step {a.step}" for a in agreement], y=[a.tau for a in agreement],
-        text=[f"τ={a.tau:.2f}<br>n={a.trials}" for a in agreement], textposition="outside",
-        marker_color=[FRONT if a.tau >= 0.6 else DOMINATED for a in agreement],
-        hovertemplate="%{x}: Kendall τ %{y:.3f}<extra></extra>"))
+        x=[f"step {a.step}" for a in agreement], y=[a.tau if d else 0.02 for a, d in zip(agreement, defined)],
+        text=[f"τ={a.tau:.2f}<br>n={a.trials}" if d else f"all tied<br>n={a.trials}"
+              for a, d in zip(agreement, defined)], textposition="outside",
+        marker_color=[FRONT if d and a.tau >= 0.6 else DOMINATED for a, d in zip(agreement, defined)],
+        hovertemplate="%{x}: %{text}<extra></extra>"))
     fig.update_layout(**LAYOUT)
-    fig.update_layout(title_text="rank agreement: rung quality vs final quality")
+    fig.update_layout(title_text="rank agreement of rungs with the final quality")
     fig.update_yaxes(title="Kendall τ", range=[-1.05, 1.35], tickvals=[-1, -0.5, 0, 0.5, 1])
     return fig
 

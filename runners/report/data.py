@@ -243,7 +243,8 @@ class Agreement:
 def rank_agreement(exp: Experiment) -> list[Agreement]:
     """Kendall τ between each rung's quality and the final quality, over the complete
     trials evaluated at that rung (final: the trial's quality at its own loop count).
-    τ near 1 means ranking at that rung would have picked the same architectures."""
+    τ near 1 means ranking at that rung would have picked the same architectures; τ is NaN
+    at a rung where every trial has the same quality."""
     q = exp.quality.name
     final = {}
     for t in completion_order(exp):
