@@ -191,6 +191,7 @@ def test_kendall_tau_by_hand():
     # τ-b: a tie in x; (P - Q) / sqrt((P + Q + ties_x_only)(P + Q + ties_y_only)) = 2 / sqrt(2·3)
     assert kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
     assert kendall_tau([3, 2, 1], [1, 2, 3]) == pytest.approx(-1.0)
+    assert math.isnan(kendall_tau([0.0, 0.0, 0.0], [1, 2, 3]))  # a rung where every trial ties
 
 
 def test_parameter_importance(experiment):
