@@ -126,6 +126,7 @@ def test_transformers_logits_equal_loopnas(round_trip, trained, i, name):
             assert not torch.allclose(r["logits_k2"], r["logits"])
     assert r["layers"] == len(model.layers)
     assert torch.equal(r["generate"], r["greedy"])
+    assert r["resaved_equal"]
 
 
 @pytest.mark.parametrize("name", ROUND_TRIP)
@@ -238,18 +239,29 @@ def test_export_errors(fabricated, tmp_path):
 # ---------------------------------------------------------------- --scale-to
 
 
-@pytest.mark.parametrize("name,target", [("tiny_lt2_interleave", 5e6), ("tiny_coarse_to_fine", 2e7),
-                                         ("tiny_mixerloop", 1.5e6)])
-def test_scale_to_keeps_the_structure(tmp_path, name, target):
-    e = export_spec(ROOT / "spaces" / "archs" / f"{name}.yaml", tmp_path / name, scale_to=target)
+@pytest.mark.parametrize("name,target,vary", [
+    ("tiny_lt2_interleave", 5e6, "scale"), ("tiny_coarse_to_fine", 2e7, "scale"),
+    ("tiny_moe_replay", 1e7, "scale"), ("tiny_mixerloop", 1.5e6, "width"),
+    ("tiny_lt2_interleave", 5e6, "ffn_hidden"),
+])
+def test_scale_to_keeps_the_structure(tmp_path, name, target, vary):
+    e = export_spec(ROOT / "spaces" / "archs" / f"{name}.yaml", tmp_path / name, scale_to=target, vary=vary)
     small = e.arch
     big = ArchSpec.model_validate(json.loads((e.out / "scaled" / "config.json").read_text())["arch"])
     assert abs(unique_params(big) - target) / target <= 0.02
-    assert big.model.width > small.model.width
     assert big.loops == small.loops and big.elastic == small.elastic
     assert big.random_placement == small.random_placement
     assert [l.mixer.kind for l in big.layers] == [l.mixer.kind for l in small.layers]
     assert [l.ffn.kind for l in big.layers] == [l.ffn.kind for l in small.layers]
+    if vary == "scale":  # everything grows together, each head keeps its size
+        assert big.model.width > small.model.width
+        for a, b in zip(small.layers, big.layers):
+            assert b.mixer.num_heads > a.mixer.num_heads and b.mixer.head_dim == a.mixer.head_dim
+
+
+def test_scale_to_a_trial_with_the_budget_matcher(fabricated, tmp_path):
+    e = export_trial(fabricated, tmp_path / "s", trial="t0004", scale_to=2e6, vary="width")
+    assert e.scaled.miss <= 0.02 and e.scaled.arch.loops == e.arch.loops
 
 
 # ---------------------------------------------------------------- CLI

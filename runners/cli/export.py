@@ -18,6 +18,7 @@ class PickRule(str, Enum):
 
 
 class Vary(str, Enum):
+    scale = "scale"
     width = "width"
     ffn_hidden = "ffn_hidden"
     num_layers = "num_layers"
@@ -33,7 +34,8 @@ PickOpt = Annotated[PickRule | None, typer.Option("--pick", help="Pick a trial f
 ScaleOpt = Annotated[float | None, typer.Option(
     "--scale-to", help="Also write scaled/: the architecture resized to this many unique parameters (e.g. 1.3e9).",
     show_default=False)]
-VaryOpt = Annotated[Vary, typer.Option("--vary", help="The size --scale-to varies.")]
+VaryOpt = Annotated[Vary, typer.Option(
+    "--vary", help="What --scale-to varies: scale (width, heads and FFN together), or one size alone.")]
 WeightsOpt = Annotated[bool, typer.Option("--with-weights", help="Include the trial's proxy weights (sweeps).")]
 CkptOpt = Annotated[Path | None, typer.Option(
     "--checkpoint", help="A trainer checkpoint of the spec whose weights to include (specs).", show_default=False)]
@@ -48,7 +50,7 @@ def export_cmd(
     with_weights: WeightsOpt = False,
     checkpoint: CkptOpt = None,
     scale_to: ScaleOpt = None,
-    vary: VaryOpt = Vary.width,
+    vary: VaryOpt = Vary.scale,
 ) -> None:
     """Write a directory that transformers loads with
     AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True), without loopnas:

@@ -17,17 +17,23 @@ from pathlib import Path
 from nas.budget import match_budget
 from nas.cost import DEFAULT_SEQ_LEN, cost, unique_params
 from nas.load import dump_yaml, load_spec, resolve
+from nas.lower import lower
 from nas.spec import ArchSpec, MatchSpec
 
 from . import vendor
 from .pick import Choice, ExportError, Pick, choose
 from .readme import readme
+from .scale import proportional
 
 HF_DIR = Path(__file__).parent / "hf"
 CODE = ("configuration_loopnas.py", "modeling_loopnas.py")
 AUTO_MAP = {"AutoConfig": "configuration_loopnas.LoopnasConfig",
             "AutoModelForCausalLM": "modeling_loopnas.LoopnasForCausalLM"}
 SCALE_TOLERANCE = 0.02
+_VARIED = {"scale": "width, head counts and FFN widths grown together, head dims kept",
+           "width": "the width varied alone by the loopnas budget matcher",
+           "ffn_hidden": "the FFN width varied alone by the loopnas budget matcher",
+           "num_layers": "the layer count varied by the loopnas budget matcher"}
 
 
 @dataclass(frozen=True)
@@ -124,12 +130,20 @@ def write_dir(out: Path, arch: ArchSpec, *, loops: int | None, how: str, state: 
                                           with_weights=state is not None, extra=extra_readme))
 
 
-def scale(source: ArchSpec, target: float, vary: str = "width") -> Scaled:
-    """``source`` resized by the budget matcher to ``target`` unique parameters; the layer
-    pattern, loop regions, ratio, placement and schedules are kept."""
+def scale(source: ArchSpec, target: float, vary: str = "scale") -> Scaled:
+    """``source`` resized to ``target`` unique parameters, keeping the layer pattern and
+    the loop regions (boundary, ratio, placement, schedules). ``vary``: ``scale`` grows the
+    width, head counts and FFN widths together (:func:`runners.export.scale.proportional`);
+    ``width``, ``ffn_hidden``, ``num_layers``: the budget matcher varies that size alone."""
     if target <= 0:
         raise ExportError(f"--scale-to must be positive (got {target:g})")
-    arch = match_budget(source, MatchSpec(unique_params=float(target), vary=vary, tolerance=SCALE_TOLERANCE))
+    if vary == "scale":
+        try:
+            arch = proportional(lower(source), float(target), SCALE_TOLERANCE)
+        except ValueError as exc:
+            raise ExportError(str(exc)) from None
+    else:
+        arch = match_budget(source, MatchSpec(unique_params=float(target), vary=vary, tolerance=SCALE_TOLERANCE))
     return Scaled(arch, float(target), vary)
 
 
@@ -140,12 +154,12 @@ def _finish(out: Path, arch: ArchSpec, scale_src: ArchSpec, *, loops, how, state
     if scaled is not None:
         note = (f"`scaled/` holds the same architecture resized for full training: {scaled.params:,} "
                 f"unique parameters for a target of {scaled.target:,.0f} ({scaled.miss:.2%} off), "
-                f"by varying {vary} (loopnas budget matcher); no weights.")
+                f"({_VARIED[vary]}); no weights.")
     write_dir(out, arch, loops=loops, how=how, state=state, seq_len=seq_len, extra_readme=note)
     if scaled is not None:
         write_dir(out / "scaled", scaled.arch, loops=loops, seq_len=seq_len, state=None,
-                  how=f"{scaled.vary} scaled by the loopnas budget matcher to {scaled.target:,.0f} "
-                      f"unique parameters, from: {how}")
+                  how=f"Resized to {scaled.target:,.0f} unique parameters ({_VARIED[vary]}) from the "
+                      f"architecture chosen as follows. {how}")
     return Export(out, arch, loops, state is not None, scaled, how)
 
 
@@ -177,7 +191,7 @@ def _proxy_arch(arch: ArchSpec, ckpt: Path, state: dict) -> ArchSpec:
 
 
 def export_spec(spec_path: str | Path, out: str | Path, *, checkpoint: str | Path | None = None,
-                scale_to: float | None = None, vary: str = "width", loops: int | None = None,
+                scale_to: float | None = None, vary: str = "scale", loops: int | None = None,
                 seq_len: int = DEFAULT_SEQ_LEN) -> Export:
     """Export a spec file, optionally with the weights of a trainer checkpoint of it."""
     source = load_spec(spec_path)
@@ -194,7 +208,7 @@ def export_spec(spec_path: str | Path, out: str | Path, *, checkpoint: str | Pat
 
 def export_trial(exp_dir: str | Path, out: str | Path, *, trial: str | None = None,
                  pick: Pick | None = None, with_weights: bool = False,
-                 scale_to: float | None = None, vary: str = "width") -> Export:
+                 scale_to: float | None = None, vary: str = "scale") -> Export:
     """Export one trial of an experiment directory, chosen by id or by a Pareto pick."""
     choice: Choice = choose(exp_dir, trial, pick)
     arch = ArchSpec.model_validate(choice.trial.arch)

@@ -17,6 +17,7 @@ in an exported file points at the same line of the loopnas source.
 from __future__ import annotations
 
 import ast
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,13 +164,16 @@ def rewrite_source(module: str, path: Path, root: Path, vendored: dict[str, Path
 
 
 def _manifest(vendored: dict[str, Path], root: Path) -> str:
-    rows = "\n".join(f"    {flat_name(m)!r}: {str(p.relative_to(root))!r}," for m, p in vendored.items())
+    rows = "\n".join(f"    {flat_name(m)!r}: ({str(p.relative_to(root))!r}, "
+                     f"{hashlib.sha256(p.read_bytes()).hexdigest()[:16]!r})," for m, p in vendored.items())
     imports = "\n".join(f"from .{flat_name(m)} import __name__ as _{flat_name(m)}" for m in vendored)
     return (
         '"""The loopnas modules vendored into this directory by ``loopnas export``.\n\n'
         "transformers copies the files that a remote-code module names in ``from .x import``\n"
         "lines, recursively; importing each module here by that form makes it copy all of them\n"
-        '(some are imported elsewhere as ``from . import x``, which it does not follow)."""\n'
+        '(some are imported elsewhere as ``from . import x``, which it does not follow).\n\n'
+        "SOURCES: flat file -> (loopnas source path, sha256 prefix of that source).\n"
+        '"""\n'
         f"SOURCES = {{\n{rows}\n}}\n\n{imports}\n"
     )
 
