@@ -144,6 +144,9 @@ def scale(source: ArchSpec, target: float, vary: str = "scale") -> Scaled:
             raise ExportError(str(exc)) from None
     else:
         arch = match_budget(source, MatchSpec(unique_params=float(target), vary=vary, tolerance=SCALE_TOLERANCE))
+    label = f"{target / 1e9:.3g}B" if target >= 1e9 else f"{target / 1e6:.3g}M"
+    arch = arch.model_copy(update={"name": f"{source.name}_{label}", "description":
+                                   f"{source.name} resized to {unique_params(arch):,} unique parameters."})
     return Scaled(arch, float(target), vary)
 
 
@@ -153,8 +156,8 @@ def _finish(out: Path, arch: ArchSpec, scale_src: ArchSpec, *, loops, how, state
     note = ""
     if scaled is not None:
         note = (f"`scaled/` holds the same architecture resized for full training: {scaled.params:,} "
-                f"unique parameters for a target of {scaled.target:,.0f} ({scaled.miss:.2%} off), "
-                f"({_VARIED[vary]}); no weights.")
+                f"unique parameters for a target of {scaled.target:,.0f} ({scaled.miss:.2%} off; "
+                f"{_VARIED[vary]}); no weights.")
     write_dir(out, arch, loops=loops, how=how, state=state, seq_len=seq_len, extra_readme=note)
     if scaled is not None:
         write_dir(out / "scaled", scaled.arch, loops=loops, seq_len=seq_len, state=None,

@@ -14,8 +14,8 @@ def _si(x: float) -> str:
     return f"{x:.4g}"
 
 
-def _layers(arch: ArchSpec) -> str:
-    runs = applications(arch)
+def _layers(arch: ArchSpec, loops: int | None) -> str:
+    runs = applications(arch, loops)
     rows = ["| layer | mixer | ffn | mixer runs | ffn runs |", "| --- | --- | --- | --- | --- |"]
     for i, layer in enumerate(arch.layers):
         rows.append(f"| {i} | {describe(layer.mixer)} | {describe(layer.ffn)} | "
@@ -35,8 +35,8 @@ def _loops(arch: ArchSpec, loops: int | None) -> str:
         lines.append(f"- elastic depth: trained at loop counts {list(arch.elastic.train.values)}, "
                      f"evaluated at {list(arch.elastic.eval)}")
     if loops is not None:
-        lines.append(f"- this export runs every region **{loops}** times by default (`config.loops`); "
-                     "pass `loops=k` to `forward` or `generate` for another depth")
+        lines.append(f"- this export runs every region at **k = {loops}** loops by default (`config.loops`; "
+                     "the runs above are at this k); pass `loops=k` to `forward` or `generate` for another depth")
     return "\n".join(lines)
 
 
@@ -61,7 +61,7 @@ width {arch.model.width}, vocabulary {arch.model.vocab_size}, {sheet.unique_para
 
 ## Structure
 
-{_layers(arch)}
+{_layers(arch, loops)}
 
 {_loops(arch, loops)}
 
