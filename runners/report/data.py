@@ -25,6 +25,8 @@ COST_FIELDS = {
     "projection_flops": ("projection_flops_per_token",),
     "unique_params": ("unique_params",),
     "kv_bytes": ("kv_cache_bytes", "state_bytes"),
+    "kv_cache_bytes": ("kv_cache_bytes",),
+    "state_bytes": ("state_bytes",),
     "train_flops": ("train_flops_per_token",),
     "seq_mixing_flops": ("seq_mixing_flops_per_token",),
     "forward_flops": ("forward_flops_per_token",),
@@ -155,8 +157,9 @@ def _read_trials(exp_dir: str | Path) -> tuple[list[TrialRecord], list[str]]:
 def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
     """Read an experiment directory (finished or still running) and rank its points.
 
-    ``seq_len`` reprices every trial's memory and sequence mixing at another context (from
-    its canonical spec); by default the sheets are taken as written, at the experiment's.
+    ``seq_len`` reprices every trial's cost sheet (the memory axis, the front table) at
+    another context from its canonical spec; objective values stay as the sweep recorded
+    them. By default the sheets are taken as written, at the experiment's context.
     """
     record = read_experiment(exp_dir)
     trials, unreadable = _read_trials(exp_dir)
