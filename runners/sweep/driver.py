@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,14 @@ def _grid_sampler():
     return GridSampler
 
 
+def _merge(base: dict, over: dict) -> dict:
+    """``base`` with ``over`` merged in, nested mappings key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def _constraints_func(trial) -> list[float]:
     return trial.user_attrs.get(_CONSTRAINTS, [0.0])
 
@@ -125,15 +134,19 @@ class Sweep:
                            for o in spec.objectives]
         self.measured = next((o for o in spec.objectives if o.measured), None)
         self.total = trials or spec.search.trials
+        self.final = FINAL
         if spec.search.sampler.lower() == "grid" and space.sample_fn is None:
             self.total = min(self.total, grid_size(space) or self.total)
+            self.final = (*FINAL, "infeasible")
         self._open(resume)
         self.storage = JournalStorage(JournalFileBackend(str(self.out / JOURNAL)))
         self.sampler = make_sampler(space, self.total)
         self.study = optuna.create_study(
             storage=self.storage, sampler=self.sampler, study_name=spec.name, load_if_exists=True,
             directions=[o.direction for o in spec.objectives])
-        self.study.set_metric_names([o.name for o in self.objectives])
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, still in 5.0
+            warnings.simplefilter("ignore")
+            self.study.set_metric_names([o.name for o in self.objectives])
         self.records: dict[str, TrialRecord] = {r.id: r for r in read_trials(self.out)}
         self.by_hash = {r.spec_hash: r.id for r in self.records.values()
                         if r.status in FINAL and r.status != "duplicate" and r.spec_hash}
@@ -196,8 +209,10 @@ class Sweep:
     # ------------------------------------------------------------ budget
 
     def counted(self) -> int:
-        """Trials that use the budget: finished ones and those running in this driver."""
-        final = sum(r.status in FINAL for r in self.records.values())
+        """Trials that use the budget: finished ones and those running in this driver.
+        Infeasible candidates cost nothing and do not count, except on a grid, whose budget
+        is its points."""
+        final = sum(r.status in self.final for r in self.records.values())
         return final + len(self.active) + sum(map(len, self.waiting.values()))
 
     def wants_more(self) -> bool:
@@ -268,8 +283,8 @@ class Sweep:
         self.trials[rid] = trial
         self.active.add(rid)
         self._write(record)
-        config = {**self.space.spec.proxy.model_dump(mode="json", exclude_none=True), **proxy,
-                  "seed": self.space.spec.search.seed, "checkpoint_every": self.space.spec.proxy.eval_every}
+        config = _merge(self.space.spec.proxy.model_dump(mode="json", exclude_none=True), proxy)
+        config.update(seed=self.space.spec.search.seed, checkpoint_every=self.space.spec.proxy.eval_every)
         return {"id": rid, "arch": record.arch, "config": config, "dir": str(self.out / TRIALS / rid),
                 "metric": self.measured.metric if self.measured else "eval_loss",
                 "timeout": self.space.spec.search.trial_timeout, "resume": bool(trial.user_attrs.get(_RESUME))}

@@ -27,68 +27,98 @@ def _quiet_env() -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 
-def _components(sweep: Sweep, on_change: Callable[[], None]):
-    from ray.tune import Callback
-    from ray.tune.schedulers import FIFOScheduler, TrialScheduler
-    from ray.tune.search import Searcher
-    from ray.tune.search.optuna import OptunaSearch
+from ray.tune import Callback  # noqa: E402  (this module itself is imported lazily)
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler  # noqa: E402
+from ray.tune.search import Searcher  # noqa: E402
+from ray.tune.search.optuna import OptunaSearch  # noqa: E402
 
-    class GateSearcher(Searcher):
-        def __init__(self):
-            super().__init__(metric=None, mode=None)
-            self.inner = OptunaSearch(
-                space=lambda trial: sweep.space.suggest(trial) and None,
-                metric=[o.name for o in sweep.objectives],
-                mode=["max" if o.direction == "maximize" else "min" for o in sweep.objectives],
-                sampler=sweep.sampler, storage=sweep.storage, study_name=sweep.space.spec.name)
+# Tune pickles its config (searcher, scheduler, callbacks) into the run directory; the
+# sweep holds storage locks and files, so the components reach it through this table.
+_LIVE: dict[int, tuple[Sweep, Callable[[], None]]] = {}
 
-        def set_search_properties(self, metric, mode, config, **spec) -> bool:
-            return True
 
-        def suggest(self, trial_id: str):
-            while sweep.wants_more():
-                self.inner.suggest(trial_id)
-                # From here the driver owns this Optuna trial (ask → gate → tell).
-                job = sweep.gate(self.inner._ot_trials.pop(trial_id))
-                on_change()
-                if job is not None:
-                    return {"job": job}
-            return Searcher.FINISHED if not sweep.wants_more() else None
+class _Live:
+    _key: int
 
-        def on_trial_complete(self, trial_id, result=None, error=False) -> None:
-            pass  # RecordCallback tells the study
+    @property
+    def sweep(self) -> Sweep:
+        return _LIVE[self._key][0]
 
-        def save_to_dir(self, *args, **kwargs) -> None:
-            pass  # the study and the records are the state; --resume rebuilds from them
+    def changed(self) -> None:
+        _LIVE[self._key][1]()
 
-        def restore_from_dir(self, *args, **kwargs) -> None:
-            pass
+    def __getstate__(self) -> dict:
+        return {"_key": self._key}
 
-    class ParetoScheduler(FIFOScheduler):
-        def on_trial_result(self, tune_controller, trial, result):
-            if "rung" not in result:
-                return TrialScheduler.CONTINUE
-            rid = trial.config["job"]["id"]
-            if sweep.on_rung(rid, Rung.model_validate_json(result["rung"])):
-                return TrialScheduler.CONTINUE
-            sweep.finish(rid, {"status": "pruned", "reason": f"stopped early at step {result['step']}",
-                               "node": result.get("node_ip")})
-            on_change()
-            return TrialScheduler.STOP
 
-    class RecordCallback(Callback):
-        def on_trial_result(self, iteration, trials, trial, result, **info):
-            if "outcome" in result:
-                sweep.finish(trial.config["job"]["id"], json.loads(result["outcome"]))
-                on_change()
+class GateSearcher(_Live, Searcher):
+    def __init__(self, key: int):
+        Searcher.__init__(self, metric=None, mode=None)
+        self._key = key
+        sweep = self.sweep
+        self.inner = OptunaSearch(
+            space=lambda trial: sweep.space.suggest(trial) and None,
+            metric=[o.name for o in sweep.objectives],
+            mode=["max" if o.direction == "maximize" else "min" for o in sweep.objectives],
+            sampler=sweep.sampler, storage=sweep.storage, study_name=sweep.space.spec.name)
 
-        def on_trial_error(self, iteration, trials, trial, **info):
-            sweep.finish(trial.config["job"]["id"], {
-                "status": "failed", "crashed": True,
-                "reason": f"the trial's Ray actor died: {str(trial.error_file or '')[-200:]}"})
-            on_change()
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return True
 
-    return GateSearcher(), ParetoScheduler(), RecordCallback()
+    def suggest(self, trial_id: str):
+        sweep = self.sweep
+        while sweep.wants_more():
+            self.inner.suggest(trial_id)
+            # From here the driver owns this Optuna trial (ask → gate → tell).
+            job = sweep.gate(self.inner._ot_trials.pop(trial_id))
+            self.changed()
+            if job is not None:
+                return {"job": job}
+        return Searcher.FINISHED if not sweep.wants_more() else None
+
+    def on_trial_complete(self, trial_id, result=None, error=False) -> None:
+        pass  # RecordCallback tells the study
+
+    def save_to_dir(self, *args, **kwargs) -> None:
+        pass  # the study and the records are the state; --resume rebuilds from them
+
+    def restore_from_dir(self, *args, **kwargs) -> None:
+        pass
+
+
+class ParetoScheduler(_Live, FIFOScheduler):
+    def __init__(self, key: int):
+        FIFOScheduler.__init__(self)
+        self._key = key
+
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__)
+
+    def on_trial_result(self, tune_controller, trial, result):
+        if "rung" not in result:
+            return TrialScheduler.CONTINUE
+        rid = trial.config["job"]["id"]
+        if self.sweep.on_rung(rid, Rung.model_validate_json(result["rung"])):
+            return TrialScheduler.CONTINUE
+        self.sweep.finish(rid, {"status": "pruned", "reason": f"stopped early at step {result['step']}"})
+        self.changed()
+        return TrialScheduler.STOP
+
+
+class RecordCallback(_Live, Callback):
+    def __init__(self, key: int):
+        self._key = key
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if "outcome" in result:
+            self.sweep.finish(trial.config["job"]["id"], json.loads(result["outcome"]))
+            self.changed()
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.sweep.finish(trial.config["job"]["id"], {
+            "status": "failed", "crashed": True,
+            "reason": f"the trial's Ray actor died: {str(trial.error_file or '')[-200:]}"})
+        self.changed()
 
 
 def run_ray(sweep: Sweep, address: str | None = None, on_change: Callable[[], None] = lambda: None) -> None:
@@ -106,7 +136,9 @@ def run_ray(sweep: Sweep, address: str | None = None, on_change: Callable[[], No
         local = {} if address else {"num_cpus": max(1, int(search.concurrency * search.resources.cpu))}
         ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR,
                  log_to_driver=False, configure_logging=False, **local)
-    searcher, scheduler, callback = _components(sweep, on_change)
+    key = id(sweep)
+    _LIVE[key] = (sweep, on_change)
+    searcher, scheduler, callback = GateSearcher(key), ParetoScheduler(key), RecordCallback(key)
     resources = {"cpu": search.resources.cpu, "gpu": search.resources.gpu}
     tuner = tune.Tuner(
         tune.with_resources(ray_trainable, resources),
@@ -120,6 +152,7 @@ def run_ray(sweep: Sweep, address: str | None = None, on_change: Callable[[], No
         sweep.interrupted()
         raise
     finally:
+        _LIVE.pop(key, None)
         if started:
             ray.shutdown()
     if sweep.active:  # Ctrl-C makes fit() return early: leave those trials to --resume
