@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas.lower import ratio_counts
-from nas.plan import Loop, Node, Step, max_loops, plan, unroll
+from nas.plan import Loop, Node, Step, max_loops, plan, total_applications
 from nas.spec import ArchSpec, MoESpec, NoFFNSpec, NormSpec, SwitchSpec
 
 from . import ops_registry  # noqa: F401  (registers every op builder)
@@ -101,7 +101,7 @@ class LoopLM(nn.Module):
 
     def unrolled_depth(self) -> int:
         """Sublayer applications in one forward pass at the spec's loop counts."""
-        return sum(1 for _ in unroll(self.plan()))
+        return total_applications(self.arch)
 
     def reset_parameters(self) -> None:
         """GPT-2 style: linears and embeddings N(0, σ); output projections of residual

@@ -6,13 +6,18 @@ the cost model and the torch executor all walk this one structure, so they agree
 what "MixerLoop" or "ELR at k loops" means.
 
 ``loops=k`` (elastic depth) replaces every region's ``T`` by ``k``.
+
+Everything here is linear in layers + regions (sorting aside), never in the unrolled
+depth: :func:`flat_counts` multiplies loop counts over a sweep of region starts and ends,
+and only :func:`unroll` visits applications one by one.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterator, Union
 
-from .spec import ArchSpec, LoopRegion, OpAddr
+from .spec import MAX_APPLICATIONS, ArchSpec, LoopRegion, OpAddr
 
 
 @dataclass(frozen=True)
@@ -31,37 +36,34 @@ class Loop:
 Node = Union[Step, Loop]
 
 
-def _addrs(arch: ArchSpec) -> list[OpAddr]:
-    return [OpAddr(layer=i, op=op) for i in range(len(arch.layers)) for op in ("mixer", "ffn")]
-
-
-def _build(arch: ArchSpec, lo: int, hi: int, regions: list[tuple[int, LoopRegion]],
-           loops: int | None) -> tuple[Node, ...]:
-    """Nodes for flat sublayers lo..hi (inclusive), given regions inside that span."""
-    addrs = _addrs(arch)
-    out: list[Node] = []
-    flat = lo
-    # outermost regions first: sort by start, then widest
-    regions = sorted(regions, key=lambda ir: (ir[1].start.flat, -ir[1].end.flat))
-    while flat <= hi:
-        top = next(((i, r) for i, r in regions if r.start.flat == flat), None)
-        if top is None:
-            out.append(Step(addrs[flat]))
-            flat += 1
-            continue
-        i, r = top
-        inner = [(j, q) for j, q in regions if (j, q) != (i, r)
-                 and r.start.flat <= q.start.flat and q.end.flat <= r.end.flat]
-        body = _build(arch, r.start.flat, r.end.flat, inner, loops)
-        out.append(Loop(i, r, loops if loops is not None else r.T, body))
-        regions = [(j, q) for j, q in regions if (j, q) != (i, r) and (j, q) not in inner]
-        flat = r.end.flat + 1
-    return tuple(out)
+def outer_first(arch: ArchSpec) -> list[int]:
+    """Region indices by (start, −end): an enclosing region comes before those inside it."""
+    return sorted(range(len(arch.loops)),
+                  key=lambda j: (arch.loops[j].start.flat, -arch.loops[j].end.flat))
 
 
 def plan(arch: ArchSpec, loops: int | None = None) -> tuple[Node, ...]:
-    """The plan tree of a canonical spec, optionally at a loop count override."""
-    return _build(arch, 0, 2 * len(arch.layers) - 1, list(enumerate(arch.loops)), loops)
+    """The plan tree of a canonical spec (regions disjoint or nested), optionally at a
+    loop count override. One pass over the sublayers with a stack of open regions."""
+    order, k = outer_first(arch), 0
+    root: list[Node] = []
+    stack: list[tuple[int, list[Node]]] = []  # (region index, its body so far)
+
+    def close() -> None:
+        j, body = stack.pop()
+        r = arch.loops[j]
+        (stack[-1][1] if stack else root).append(Loop(j, r, loops if loops is not None else r.T, tuple(body)))
+
+    for flat in range(2 * len(arch.layers)):
+        while stack and arch.loops[stack[-1][0]].end.flat < flat:
+            close()
+        while k < len(order) and arch.loops[order[k]].start.flat == flat:
+            stack.append((order[k], []))
+            k += 1
+        (stack[-1][1] if stack else root).append(Step(OpAddr(layer=flat // 2, op=("mixer", "ffn")[flat % 2])))
+    while stack:
+        close()
+    return tuple(root)
 
 
 def unroll(nodes: tuple[Node, ...], path: tuple[tuple[int, int], ...] = ()
@@ -85,12 +87,55 @@ def max_loops(arch: ArchSpec) -> int:
     return max(counts, default=1)
 
 
+def flat_counts(arch: ArchSpec, loops: int | None = None, skip=None) -> list[int]:
+    """Applications of each flat sublayer (``2·layer + (0 mixer | 1 ffn)``): the product of
+    ``T`` over the regions containing it. A sweep multiplies at each region's start and
+    divides after its end (exact: the running value is a product of integers). ``skip(r)``
+    leaves region ``r`` out of the product."""
+    n = 2 * len(arch.layers)
+    start, stop = [1] * (n + 1), [1] * (n + 1)
+    for r in arch.loops:
+        t = 1 if skip is not None and skip(r) else (r.T if loops is None else loops)
+        start[r.start.flat] *= t
+        stop[r.end.flat + 1] *= t
+    out, cur = [], 1
+    for f in range(n):
+        cur = cur // stop[f] * start[f]
+        out.append(cur)
+    return out
+
+
+def total_applications(arch: ArchSpec, loops: int | None = None) -> int:
+    """Sublayer applications in one forward pass."""
+    return sum(flat_counts(arch, loops))
+
+
+def run_counts(arch: ArchSpec) -> tuple[int | None, ...]:
+    """Every loop count a model of ``arch`` may run: None (each region's T) and each
+    elastic train/eval count."""
+    if arch.elastic is None:
+        return (None,)
+    return (None, *sorted(set(arch.elastic.train.values) | set(arch.elastic.eval)))
+
+
+def application_cap_problem(arch: ArchSpec) -> str | None:
+    """One line when some loop count this spec runs exceeds :data:`MAX_APPLICATIONS`
+    sublayer applications per forward pass (the product of nested ``T`` s and depth)."""
+    for k in run_counts(arch):
+        total = total_applications(arch, k)
+        if total > MAX_APPLICATIONS:
+            at = "" if k is None else f" at {k} loops"
+            size = f"{total:,}" if total < 10**15 else f"about 10^{int(math.log10(total))}"
+            return (f"one forward pass{at} runs {size} sublayer applications, over the cap of "
+                    f"{MAX_APPLICATIONS:,}; lower T, the nesting or the number of layers")
+    return None
+
+
 def applications(arch: ArchSpec, loops: int | None = None) -> dict[OpAddr, int]:
     """How many times each sublayer runs in one forward pass."""
-    counts = {a: 0 for a in _addrs(arch)}
-    for addr, _ in unroll(plan(arch, loops)):
-        counts[addr] += 1
-    return counts
+    return {OpAddr(layer=f // 2, op=("mixer", "ffn")[f % 2]): c
+            for f, c in enumerate(flat_counts(arch, loops))}
 
 
-__all__ = ["Step", "Loop", "Node", "plan", "unroll", "max_loops", "applications"]
+__all__ = ["Step", "Loop", "Node", "plan", "unroll", "max_loops", "applications", "flat_counts",
+           "total_applications", "run_counts", "application_cap_problem", "outer_first"]

@@ -20,6 +20,8 @@ from pydantic import (
 # Caps on counts that lowering and planning turn into Python lists and loops.
 MAX_LAYERS = 4096
 MAX_LOOPS = 1024
+# Sublayer applications in one forward pass (layers × nested T's): what a model may run.
+MAX_APPLICATIONS = 1 << 20
 
 
 def _no_bool(value: Any) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from .errors import Problem
+from .plan import application_cap_problem
 from .spec import (
     ArchSpec, AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, LoopRegion, Mamba2Spec,
     MoESpec, NSASpec, ParallelSpec, SwitchSpec,
@@ -69,13 +70,10 @@ def mixer_problems(m, width: int, path: str) -> list[Problem]:
     return out
 
 
-def _nested(a: LoopRegion, b: LoopRegion) -> bool:
-    """True when b lies inside a (and differs from it)."""
-    return (a.start.flat <= b.start.flat and b.end.flat <= a.end.flat
-            and (a.start.flat, a.end.flat) != (b.start.flat, b.end.flat))
-
-
-def region_problems(arch: ArchSpec, r: LoopRegion, path: str) -> list[Problem]:
+def region_problems(arch: ArchSpec, r: LoopRegion, path: str, moe_before: list[int] | None = None
+                    ) -> list[Problem]:
+    """``moe_before[f]``: MoE FFNs among flat sublayers 0..f-1 (prefix sums, so the
+    routing-replay check is O(1) per region)."""
     L, out = arch.L, []
     for end in ("start", "end"):
         if getattr(r, end).layer >= L:
@@ -88,11 +86,17 @@ def region_problems(arch: ArchSpec, r: LoopRegion, path: str) -> list[Problem]:
                            "sublayers in execution order"))
     for j, o in enumerate(r.schedule):
         out += _override_problems(arch, r, o, f"{path}.schedule[{j}]")
-    if r.routing_replay and not any(isinstance(arch.layers[i].ffn, MoESpec)
-                                    for i in range(r.start.layer, r.end.layer + 1)
-                                    if r.start.flat <= 2 * i + 1 <= r.end.flat):
+    moe_before = moe_before if moe_before is not None else _moe_prefix(arch)
+    if r.routing_replay and moe_before[r.end.flat + 1] == moe_before[r.start.flat]:
         out.append(Problem(f"{path}.routing_replay", "the loop contains no MoE FFN to replay; "
                            "set routing_replay: false"))
+    return out
+
+
+def _moe_prefix(arch: ArchSpec) -> list[int]:
+    out = [0]
+    for layer in arch.layers:
+        out += [out[-1], out[-1] + isinstance(layer.ffn, MoESpec)]
     return out
 
 
@@ -114,19 +118,35 @@ def _override_problems(arch: ArchSpec, r: LoopRegion, o, path: str) -> list[Prob
     return out
 
 
-def loop_problems(arch: ArchSpec) -> list[Problem]:
-    out = []
-    for i, r in enumerate(arch.loops):
-        out += region_problems(arch, r, f"loops[{i}]")
-    for i, a in enumerate(arch.loops):
-        for j in range(i + 1, len(arch.loops)):
-            b = arch.loops[j]
-            disjoint = a.end.flat < b.start.flat or b.end.flat < a.start.flat
-            if not (disjoint or _nested(a, b) or _nested(b, a)):
-                out.append(Problem(f"loops[{j}]", f"overlaps loops[{i}] ({a.start} .. {a.end}) "
-                                   "without being nested inside it; loops must be disjoint or "
-                                   "strictly nested"))
+def overlap_problems(arch: ArchSpec) -> list[Problem]:
+    """Regions must be disjoint or strictly nested. Sorted by (start, −end), each region
+    meets the regions still open around it on a stack; it must end inside the innermost
+    one. O(R log R) in the number of regions."""
+    out, stack = [], []  # stack: indices of open regions, innermost last
+    for j in sorted(range(len(arch.loops)), key=lambda j: (arch.loops[j].start.flat,
+                                                           -arch.loops[j].end.flat, j)):
+        r = arch.loops[j]
+        while stack and arch.loops[stack[-1]].end.flat < r.start.flat:
+            stack.pop()
+        if stack:
+            i = stack[-1]
+            a = arch.loops[i]
+            if r.end.flat > a.end.flat or (a.start.flat, a.end.flat) == (r.start.flat, r.end.flat):
+                first, second = sorted((i, j))
+                o = arch.loops[first]
+                out.append(Problem(f"loops[{second}]", f"overlaps loops[{first}] ({o.start} .. "
+                                   f"{o.end}) without being nested inside it; loops must be "
+                                   "disjoint or strictly nested"))
+                continue
+        stack.append(j)
     return out
+
+
+def loop_problems(arch: ArchSpec) -> list[Problem]:
+    out, moe_before = [], _moe_prefix(arch)
+    for i, r in enumerate(arch.loops):
+        out += region_problems(arch, r, f"loops[{i}]", moe_before)
+    return out if out else overlap_problems(arch)
 
 
 def validate(arch: ArchSpec) -> list[Problem]:
@@ -140,13 +160,17 @@ def validate(arch: ArchSpec) -> list[Problem]:
                                "(written by hybrid placement: random)"))
     loop_out = loop_problems(arch)
     out += loop_out
-    if not loop_out:  # the graph checks assume well-formed regions
-        from .graph import graph_problems
-        out += graph_problems(arch)
+    # Well-formed regions (disjoint or nested, inside the model) make the plan a tree in
+    # execution order: one residual stream, every sublayer run Π T times, one kind per
+    # weight. Only its size is left to check, arithmetically (never by unrolling).
+    if not loop_out:
+        cap = application_cap_problem(arch)
+        if cap is not None:
+            out.append(Problem("loops", cap))
     if arch.elastic is not None and not arch.loops:
         out.append(Problem("elastic", "elastic depth needs at least one loop; add a loop or "
                            "remove elastic"))
     return out
 
 
-__all__ = ["validate", "mixer_problems", "loop_problems"]
+__all__ = ["validate", "mixer_problems", "loop_problems", "overlap_problems"]

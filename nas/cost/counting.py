@@ -8,6 +8,7 @@ import math
 from typing import NamedTuple
 
 from ..lower import ratio_counts
+from ..plan import flat_counts
 from ..spec import ArchSpec, AttnSpec, DSASpec, NSASpec, Spec, SwitchSpec
 
 # ops as run (schedule overrides here, per-op profiles in .sheet, which clears it at 2**16)
@@ -44,11 +45,8 @@ def counts(arch: ArchSpec, loops: int | None = None) -> Counts:
     (end, Π T inside) gives each region the product of the loop counts around it."""
     spans = [(r.start.flat, r.end.flat) for r in arch.loops]
     ts = tuple(r.T if loops is None else loops for r in arch.loops)
-    apps, routed = [1] * (2 * len(arch.layers)), [1] * (2 * len(arch.layers))
-    for (a, b), t, r in zip(spans, ts, arch.loops):
-        for f in range(a, b + 1):
-            apps[f] *= t
-            routed[f] *= 1 if r.routing_replay else t
+    apps = flat_counts(arch, loops)
+    routed = flat_counts(arch, loops, skip=lambda r: r.routing_replay)
     updates = [0] * len(spans)
     stack: list[tuple[int, int]] = []
     for j in sorted(range(len(spans)), key=lambda j: (spans[j][0], -spans[j][1])):
