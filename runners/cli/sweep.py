@@ -42,6 +42,10 @@ def sweep_cmd(
         where = out or f"runs/{loaded.name}"
         console.print(f"interrupted: continue with  loopnas sweep {space} --out {where} --resume")
         raise typer.Exit(130) from None
+    from runners.report import write_report
+
     from .status import print_status
     print_status(path)
-    console.print(f"experiment: {path}   (loopnas status {path} · loopnas report {path})", highlight=False)
+    report = write_report(path)
+    console.print(f"experiment: {path}   report: {report.index}   (loopnas status {path} · "
+                  f"loopnas export {path} --pick knee --out exported)", highlight=False)
