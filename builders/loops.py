@@ -54,6 +54,10 @@ class LoopExtras(nn.Module):
                 self.reinject.weight.zero_()
                 self.reinject.weight[:, :width].copy_(torch.eye(width))
 
+    def conditioning_parameters(self) -> list[nn.Parameter]:
+        """The loop-conditioning tables: frozen at zero before an elastic run's switch."""
+        return [getattr(self, n) for n in ("index_emb", "budget_emb") if hasattr(self, n)]
+
     def enter(self, h: torch.Tensor, e: torch.Tensor, t: int, T: int) -> torch.Tensor:
         """State fed to iteration ``t`` of ``T``: re-injection of the region input ``e``
         (from the second iteration on) plus loop conditioning."""

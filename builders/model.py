@@ -126,6 +126,10 @@ class LoopLM(nn.Module):
         for extras in self.loops:
             extras.reset_parameters()
 
+    def conditioning_parameters(self) -> list[nn.Parameter]:
+        """Every region's loop-conditioning tables (ELR's zero-initialised heads)."""
+        return [p for extras in self.loops for p in extras.conditioning_parameters()]
+
     # ------------------------------------------------------------ execution
 
     def plan(self, loops: int | None = None) -> tuple[Node, ...]:

@@ -6,22 +6,15 @@ loses the one-loop endpoint. Here every row of a micro-batch draws its count fro
 ``elastic.train``, and the rows that drew the same count form one micro-batch of that
 depth, so every update mixes depths whatever the gradient-accumulation setting. Mixing
 starts at the ``switch_at`` fraction of training (ELR's late switch); before it every row
-runs the spec's own ``T``.
+runs one loop, the schedule :mod:`nas.elastic` defines for the cost model too.
 """
 from __future__ import annotations
 
 import torch
 
 from nas.cost import projection_flops
+from nas.elastic import before_switch, train_dist
 from nas.spec import ArchSpec, LoopDist
-
-
-def train_dist(arch: ArchSpec, step: int, total: int) -> LoopDist | None:
-    """The loop-count distribution for optimizer step ``step`` (0-based) of ``total``,
-    or None while the spec's own ``T`` applies (no elastic spec, or before the switch)."""
-    if arch.elastic is None or step < arch.elastic.switch_at * total:
-        return None
-    return arch.elastic.train
 
 
 def loop_groups(dist: LoopDist | None, batch_size: int, generator: torch.Generator
@@ -30,6 +23,8 @@ def loop_groups(dist: LoopDist | None, batch_size: int, generator: torch.Generat
     (None: all of it) and ``loops`` is the count those rows run (None: the spec's T)."""
     if dist is None:
         return [(None, None)]
+    if len(dist.values) == 1:
+        return [(dist.values[0], None)]
     weights = torch.tensor(dist.weights, dtype=torch.float64)
     draws = torch.multinomial(weights, batch_size, replacement=True, generator=generator)  # (B,)
     groups = []
@@ -46,4 +41,4 @@ def projection_compute(arch: ArchSpec, loops: int | None = None) -> float:
     return float(projection_flops(arch, loops=loops).total)
 
 
-__all__ = ["train_dist", "loop_groups", "projection_compute"]
+__all__ = ["train_dist", "before_switch", "loop_groups", "projection_compute"]

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from builders.model import build_model
 from nas.load import resolve
 from nas.spec import ArchSpec
+from nas.elastic import before_switch, switch_step
 from runners.elastic import loop_groups, projection_compute, train_dist
 from runners.tasks import CURRICULUM_STAGES, Curriculum, Task, make_task
 
@@ -136,6 +137,9 @@ class TrainResult(BaseModel):
     losses: list[float] = Field(default_factory=list)
     evals: list[EvalRecord] = Field(default_factory=list)
     elastic: list[ElasticPoint] = Field(default_factory=list)
+    switch_step: int | None = Field(None, description="first step of mixed-depth training (ELR's "
+                                    "late switch); None when the run ended before it, and then "
+                                    "no elastic points are reported")
     extrapolation: list[ExtrapolationPoint] = Field(default_factory=list)
     depth_rows: dict[str, int] = Field(default_factory=dict, description="training rows run at each "
                                        "loop count ('T': the spec's own)")
@@ -280,6 +284,7 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
     data_gen = torch.Generator().manual_seed(config.seed)
     loop_gen = torch.Generator().manual_seed(config.seed ^ _LOOP_SEED_SALT)
     model = build_model(proxy, backend=config.backend, device=device)
+    conditioning = model.conditioning_parameters()
     optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr,
                                   betas=config.betas, fused=cuda or None)
     step, stage_start, tokens = 0, 0, 0
@@ -308,6 +313,10 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
     forward = torch.compile(model) if config.compile and cuda else model
     use_bf16 = cuda and config.dtype == "bfloat16"
 
+    def trained_loops() -> int | None:
+        """The loop count the model has trained at so far: 1 before an elastic switch."""
+        return 1 if before_switch(proxy, step - 1, steps) else None
+
     def autocast():
         return torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
 
@@ -322,6 +331,8 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
         for group in optimizer.param_groups:
             group["lr"] = lr
         dist = train_dist(proxy, step, steps)
+        for p in conditioning:  # ELR: conditioning enters at the switch, at exactly zero
+            p.requires_grad_(not before_switch(proxy, step, steps))
         loss = torch.zeros((), device=device)
         for _ in range(config.grad_accum):
             x, y = (t.to(device, non_blocking=True) for t in task.batch(config.batch_size, data_gen))
@@ -349,7 +360,7 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
 
         since = step - stage_start
         if since % config.eval_every == 0 or since == stage_budget or step == steps:
-            metrics = evaluate(model, task, fixed_eval, autocast, config.seed)
+            metrics = evaluate(model, task, fixed_eval, autocast, config.seed, trained_loops())
             if curriculum:
                 metrics["n"] = float(curriculum.n)
                 promoted = curriculum.promote(metrics[curriculum.metric])
@@ -383,10 +394,12 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
 
     final = evals[-1].metrics if evals and evals[-1].step == step else {}
     if status != "failed" and not curriculum and not final:
-        final = evaluate(model, task, fixed_eval, autocast, config.seed)
+        final = evaluate(model, task, fixed_eval, autocast, config.seed, trained_loops())
     metric = getattr(task, "quality_metric", "acc") if "acc" in final or curriculum else "eval_loss"
     points = []
-    if status != "failed" and proxy.elastic is not None:
+    switched = switch_step(proxy, steps) if proxy.elastic is not None else None
+    switched = switched if switched is not None and step > switched else None
+    if status != "failed" and switched is not None:
         for k in proxy.elastic.eval:
             m = evaluate(model, task, fixed_eval, autocast, config.seed, loops=k)
             points.append(ElasticPoint(k=k, quality=m[metric], compute=projection_compute(proxy, k),
@@ -399,7 +412,7 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
         status=status, reason=reason, task=config.task, steps=step, tokens=tokens,
         params=sum(p.numel() for p in model.parameters()),
         quality_metric="n_max" if curriculum else metric, higher_is_better=metric == "acc",
-        quality=quality, final=final, losses=losses, evals=evals, elastic=points, extrapolation=extrapolation,
+        quality=quality, final=final, losses=losses, evals=evals, elastic=points, switch_step=switched, extrapolation=extrapolation,
         depth_rows=depth_rows,
         curriculum={**curriculum.summary(), "threshold": curriculum.threshold,
                     "stage_steps": stage_budget} if curriculum else None,

@@ -160,8 +160,9 @@ def test_elastic_points_and_one_loop_costs_the_plain_model():
                                steps=4, batch_size=8))
     assert result.status == "ok"
     assert [p.k for p in result.elastic] == [1, 2, 3, 4]
-    # mixing only from switch_at = 0.75: steps 0-2 at the spec's T, step 3 mixed
-    assert result.depth_rows["T"] == 3 * 8 and sum(result.depth_rows.values()) == 4 * 8
+    # mixing only from switch_at = 0.75: steps 0-2 at one loop (ELR), step 3 mixed
+    assert "T" not in result.depth_rows and result.switch_step == 3
+    assert result.depth_rows["1"] >= 3 * 8 and sum(result.depth_rows.values()) == 4 * 8
     proxy = result.arch
     plain = proxy.model_copy(update={"loops": (), "elastic": None})
     assert result.elastic[0].compute == projection_flops(plain).total

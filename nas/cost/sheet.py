@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..elastic import expected, phases
 from ..plan import max_loops
 from ..spec import ArchSpec, MoESpec, NoFFNSpec, Spec, SwitchSpec
 from .counting import _CACHE, Counts, _key, counts, layer_choices, mixer_settings, switch_weights
@@ -304,15 +305,11 @@ def _figures_dict(f: Figures) -> dict:
 
 
 def _train_forward(arch: ArchSpec, fig) -> float:
-    """Forward FLOPs per training token. Without elastic depth: at each region's T. With
-    it: 1 loop before ``switch_at`` (ELR switches a trained 1-loop model to mixed depth),
-    then the ``train`` distribution's expectation."""
-    if arch.elastic is None:
-        return fig(None).forward_flops
-    dist = arch.elastic.train
-    mixed = sum(w * fig(k).forward_flops for k, w in zip(dist.values, dist.weights)) / sum(dist.weights)
-    s = arch.elastic.switch_at
-    return s * fig(1).forward_flops + (1 - s) * mixed if s else mixed
+    """Forward FLOPs per training token over the run's phases (:func:`nas.elastic.phases`,
+    what the trainer runs): each region's T without elastic depth; with it, one loop
+    before ``switch_at`` (ELR switches a trained 1-loop model to mixed depth), then the
+    ``train`` distribution's expectation."""
+    return sum(frac * expected(dist, lambda k: fig(k).forward_flops) for frac, dist in phases(arch))
 
 
 def cost(arch: ArchSpec, seq_len: int = DEFAULT_SEQ_LEN, dtype: str = "bf16",
