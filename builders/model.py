@@ -16,10 +16,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas.lower import ratio_counts
-from nas.plan import Loop, Node, Step, max_loops, plan, total_applications
+from nas.plan import Loop, Node, Step, check_loops, max_loops, plan, total_applications
 from nas.spec import ArchSpec, MoESpec, NoFFNSpec, NormSpec, SwitchSpec
 
 from . import ops_registry  # noqa: F401  (registers every op builder)
+from .layers import fla_runtime
 from .loops import LoopExtras
 from .registry import BuildCtx, build_op
 
@@ -134,6 +135,7 @@ class LoopLM(nn.Module):
 
     def plan(self, loops: int | None = None) -> tuple[Node, ...]:
         if loops not in self._plans:
+            check_loops(self.arch, loops)
             self._plans[loops] = plan(self.arch, loops)
         return self._plans[loops]
 
@@ -235,12 +237,21 @@ class LoopLM(nn.Module):
 
 
 def resolve_backend(backend: str, device) -> Literal["torch", "fla"]:
-    """``auto`` → ``fla`` when the model lives on CUDA (fla's Triton kernels need it)."""
+    """``auto`` → ``fla`` when ``device`` is CUDA and fla and triton are installed, else ``torch``.
+
+    ``device=None`` (a model built on the CPU) resolves to ``torch`` even on a CUDA machine.
+    An explicit ``fla`` on a device where fla's kernels cannot run is a
+    :class:`FlaUnavailableError`, raised here or, for a model moved later, at its forward.
+    """
     if backend not in ("auto", "torch", "fla"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'fla' (got {backend!r})")
-    if backend != "auto":
-        return backend
-    return "fla" if device is not None and torch.device(device).type == "cuda" else "torch"
+    placed = device is not None and torch.device(device).type != "meta"
+    if backend == "auto":
+        on_cuda = placed and torch.device(device).type == "cuda"
+        return "fla" if on_cuda and fla_runtime.unavailable_reason(device) is None else "torch"
+    if backend == "fla" and placed and (reason := fla_runtime.unavailable_reason(device)):
+        raise fla_runtime.FlaUnavailableError(f"backend='fla': {reason}; use backend='torch' or 'auto'")
+    return backend
 
 
 def build_model(spec: ArchSpec, backend: str = "auto", device=None, dtype=None) -> LoopLM:

@@ -76,6 +76,8 @@ def _nsa(spec: NSASpec, ctx: BuildCtx) -> nn.Module:
 
 @register(SwiGLUSpec)
 def _swiglu(spec: SwiGLUSpec, ctx: BuildCtx) -> nn.Module:
+    if ctx.backend == "fla":
+        return ffn_layers.make_fla_swiglu(ctx.width, intermediate_size=spec.hidden_size)
     return ffn_layers.SwiGLU(ctx.width, intermediate_size=spec.hidden_size)
 
 

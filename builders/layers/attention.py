@@ -16,6 +16,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from builders.layers.fla_runtime import install_interpreter_shims, require
 from builders.ops.attention import (
     apply_rotary,
     attention,
@@ -200,35 +201,47 @@ class NativeSparseAttention(nn.Module):
         return self.o_proj(o.flatten(2))
 
 
-class _FlaForward:
-    """fla layers return (o, attentions, cache); ours return o and take a one-call window."""
-
-    def _window_for(self, window: Window, t: int) -> int | None:
-        return resolve_window(self.window_size, window)
-
-    def forward(self, x: Tensor, window: Window = None) -> Tensor:
-        own = self.window_size
-        self.window_size = self._window_for(window, x.shape[1])
-        try:
-            return super().forward(x)[0]
-        finally:
-            self.window_size = own
+def _rotary(layer, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """fla's RotaryEmbedding (a Triton kernel) at positions 0..T-1, as fla's forward calls it."""
+    max_seqlen = max(q.shape[1], layer.max_position_embeddings or 0)
+    return layer.rotary(q, k, seqlen_offset=0, max_seqlen=max_seqlen, cu_seqlens=None)
 
 
-class _FlaAttentionForward(_FlaForward):
+class _FlaAttentionForward:
+    """fla ``Attention``'s projections, qk norm and rotary; the softmax core is PyTorch SDPA.
+
+    fla calls flash-attn there, which is not a dependency; SDPA dispatches to its own
+    flash-attention kernel on recent GPUs. Returns o and takes a one-call window.
+    """
 
     def forward(self, x: Tensor, window: Window = None) -> Tensor:
-        import fla.layers.attn as fla_attn
+        require(x)
+        q, k, v = (_heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = _rotary(self, q, k)
+        o = attention(q, k, v, window=resolve_window(self.window_size, window))  # (B, T, HQ, D)
+        return self.o_proj(o.flatten(2))
 
-        if fla_attn.flash_attn_func is None:
-            raise ImportError("fla's Attention runs only through flash-attn; use the torch layer here")
-        return super().forward(x, window)
 
+class _FlaNSAForward:
+    """fla NSA's compressed and selected branches (``parallel_nsa``); the window branch is SDPA.
 
-class _FlaNSAForward(_FlaForward):
+    fla computes the window branch with flash-attn, which is not a dependency.
+    """
 
-    def _window_for(self, window: Window, t: int) -> int:
-        return _nsa_window(self.window_size, window, t)
+    def forward(self, x: Tensor, window: Window = None) -> Tensor:
+        require(x)
+        from fla.ops.nsa import parallel_nsa
+
+        q, k, v = (_heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = _rotary(self, q, k)
+        g_cmp, g_slc, g_swa = _heads(self.g_proj(x), 3).sigmoid().unbind(-1)  # (B, T, HQ) each
+        o = parallel_nsa(q, k, v, g_cmp, g_slc, block_counts=self.block_counts, block_size=self.block_size)
+        w = _nsa_window(self.window_size, window, x.shape[1])
+        if w:
+            o = o + attention(q, k, v, window=w) * g_swa.unsqueeze(-1)
+        return self.o_proj(o.flatten(2))
 
 
 def _missing_flash_attn(*args, **kwargs):
@@ -250,6 +263,7 @@ def _flash_attn_stub(module):
 
 @functools.cache
 def _fla_class(kind: str) -> type[nn.Module]:
+    install_interpreter_shims()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fla warns on import when Triton or flash-attn is absent
         from fla.layers.attn import Attention as FlaAttention
@@ -278,12 +292,18 @@ def make_fla(kind: str, **kw) -> nn.Module:
     Same kwargs as the torch layers. Where fla has no equivalent (``output_gate``, a
     ``head_dim`` other than hidden_size // num_heads, ``rope_theta=None``) the fla
     backend falls back to the torch layer, whose parameters it would share anyway.
-    fla's forward needs CUDA: Triton kernels, and flash-attn for attn and NSA's window.
+    Its forward runs fla's Triton kernels (CUDA, or the CPU under ``TRITON_INTERPRET=1``)
+    and PyTorch SDPA where fla would call flash-attn, which need not be installed.
     """
     if kind not in _TORCH:
         raise ValueError(f"fla has no layer for kind {kind!r}; expected one of {sorted(_TORCH)}")
     if _torch_only(kind, kw):
         return _TORCH[kind](**kw)
+    if kind == "nsa" and isinstance(kw.get("block_counts", 16), int) and kw.get("block_counts", 16) < 3:
+        # the first, previous and current blocks are always selected; with fewer slots, which
+        # of them the kernel keeps is an accident of its bitonic sort, not the torch twin's choice
+        raise ValueError(f"fla's NSA needs block_counts >= 3 (got {kw['block_counts']}): "
+                         "it always selects 3 blocks; use the torch backend for fewer")
     cls = _fla_class(kind)
     import fla.layers.attn as fla_attn
 

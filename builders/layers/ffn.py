@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import warnings
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["MoE", "Routing", "SwiGLU", "swiglu_hidden", "switch_aux_loss"]
+from builders.layers.fla_runtime import install_interpreter_shims, require
+
+__all__ = ["MoE", "Routing", "SwiGLU", "make_fla_swiglu", "swiglu_hidden", "switch_aux_loss"]
 
 
 def swiglu_hidden(hidden_size: int, hidden_ratio: float | None = None,
@@ -118,3 +122,24 @@ class MoE(nn.Module):
         if self.shared_expert is not None:
             y = y + self.shared_expert(flat)
         return y.view_as(x)
+
+
+class _FlaSwiGLUForward:
+    def forward(self, x: Tensor) -> Tensor:
+        require(x)
+        return super().forward(x)
+
+
+@functools.cache
+def _fla_gated_mlp() -> type[nn.Module]:
+    install_interpreter_shims()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fla warns on import when Triton has no GPU
+        from fla.modules import GatedMLP
+    return type("FlaGatedMLP", (_FlaSwiGLUForward, GatedMLP), {})
+
+
+def make_fla_swiglu(hidden_size: int, hidden_ratio: float | None = None,
+                    intermediate_size: int | None = None) -> nn.Module:
+    """fla's ``GatedMLP``: SwiGLU's parameters, its fused Triton ``swiglu_linear`` forward."""
+    return _fla_gated_mlp()(hidden_size, hidden_ratio, intermediate_size)

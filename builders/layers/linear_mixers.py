@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from builders.layers.fla_runtime import install_interpreter_shims, require
 from builders.ops.conv import causal_conv1d
 from builders.ops.linear import chunk_delta_rule, chunk_gated_delta_rule, chunk_kda, chunk_ssd
 from builders.ops.norm import rms_norm, rms_norm_gated
@@ -414,6 +415,14 @@ class _TensorOutput:
     """Mixin for fla layers, which return ``(o, attentions, cache)``; loopnas mixers return ``o``."""
 
     def forward(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
+        require(hidden_states)
+        return super().forward(hidden_states, **kwargs)[0]
+
+
+class _Mamba2Output:
+    """fla's Mamba2 runs ``torch_forward`` off CUDA (Triton only in its act and gated norm)."""
+
+    def forward(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
         return super().forward(hidden_states, **kwargs)[0]
 
 
@@ -423,18 +432,21 @@ def fla_layer_class(kind: str) -> type[nn.Module]:
     if kind not in TORCH_LAYERS:
         raise ValueError(f"no linear mixer kind {kind!r}; expected one of {sorted(TORCH_LAYERS)}")
     # imported here, not at module load: fla's import takes seconds and warns when Triton has no GPU.
+    install_interpreter_shims()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from fla.layers import DeltaNet, GatedDeltaNet, KimiDeltaAttention, Mamba2
 
     base = {"gdn": GatedDeltaNet, "deltanet": DeltaNet, "kda": KimiDeltaAttention, "mamba2": Mamba2}[kind]
-    return type(f"Fla{base.__name__}", (_TensorOutput, base), {"__module__": __name__})
+    mixin = _Mamba2Output if kind == "mamba2" else _TensorOutput
+    return type(f"Fla{base.__name__}", (mixin, base), {"__module__": __name__})
 
 
 def make_fla(kind: str, **kwargs) -> nn.Module:
     """fla's own layer, parameters named as the ``*Torch`` twin's; constructible on CPU.
 
-    Its forward runs fla's Triton kernels (CUDA only), except Mamba2, which falls back to
+    Its forward runs fla's Triton kernels (CUDA, or the CPU under ``TRITON_INTERPRET=1``;
+    elsewhere it raises :class:`FlaUnavailableError`), except Mamba2, which falls back to
     ``torch_forward`` off CUDA when its activation and norm can run there.
     """
     return fla_layer_class(kind)(**kwargs)
