@@ -87,6 +87,38 @@ def max_loops(arch: ArchSpec) -> int:
     return max(counts, default=1)
 
 
+def per_loop_rows(arch: ArchSpec) -> bool:
+    """Whether the model holds per-iteration parameter rows (ρ, conditioning tables),
+    sized by :func:`max_loops`."""
+    return any(r.update.kind == "residual_gate" or r.conditioning != "none" for r in arch.loops)
+
+
+def loop_count_problem(arch: ArchSpec, loops: int | None) -> str | None:
+    """Why a model of ``arch`` cannot run every region ``loops`` times (None: it can).
+    The executor and the cost model both ask this, so they allow the same counts."""
+    if loops is None:
+        return None
+    if isinstance(loops, bool) or not isinstance(loops, int) or loops < 1:
+        return f"loops={loops!r}: give a loop count >= 1 (or None for each region's T)"
+    m = max_loops(arch)
+    if loops > m and per_loop_rows(arch):
+        return (f"loops={loops} exceeds the {m} rows of this model's per-loop parameters (ρ or "
+                f"loop conditioning, sized by the largest T, elastic.train or elastic.eval "
+                f"count); add {loops} to elastic.eval in the spec and rebuild to run it")
+    total = total_applications(arch, loops)
+    if total > MAX_APPLICATIONS:
+        return (f"loops={loops} runs {total:,} sublayer applications, over the cap of "
+                f"{MAX_APPLICATIONS:,}; use fewer loops")
+    return None
+
+
+def check_loops(arch: ArchSpec, loops: int | None) -> None:
+    """Raise ValueError with :func:`loop_count_problem`'s message."""
+    problem = loop_count_problem(arch, loops)
+    if problem is not None:
+        raise ValueError(problem)
+
+
 def flat_counts(arch: ArchSpec, loops: int | None = None, skip=None) -> list[int]:
     """Applications of each flat sublayer (``2·layer + (0 mixer | 1 ffn)``): the product of
     ``T`` over the regions containing it. A sweep multiplies at each region's start and
@@ -138,4 +170,5 @@ def applications(arch: ArchSpec, loops: int | None = None) -> dict[OpAddr, int]:
 
 
 __all__ = ["Step", "Loop", "Node", "plan", "unroll", "max_loops", "applications", "flat_counts",
+           "per_loop_rows", "loop_count_problem", "check_loops",
            "total_applications", "run_counts", "application_cap_problem", "outer_first"]

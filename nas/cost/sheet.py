@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..elastic import expected, phases
-from ..plan import max_loops
+from ..plan import check_loops, max_loops
 from ..spec import ArchSpec, MoESpec, NoFFNSpec, Spec, SwitchSpec
 from .counting import _CACHE, Counts, _key, counts, layer_choices, mixer_settings, switch_weights
 from .ops import op_active_params, op_kv_elements, op_params, op_seq_flops, op_state_elements
@@ -205,7 +205,9 @@ def _figures(arch: ArchSpec, loops: int | None, n: int, nbytes: int, weights,
 
 def projection_flops(arch: ArchSpec, loops: int | None = None) -> ProjectionFlops:
     """Projection compute per token (MixerLoop §3.3) at a loop count; see the :mod:`nas.cost`
-    docstring."""
+    docstring. Raises ValueError for a loop count the model cannot run
+    (:func:`nas.plan.loop_count_problem`)."""
+    check_loops(arch, loops)
     d, c, weights, scheduled = arch.model.width, counts(arch, loops), switch_weights(arch), _scheduled(arch)
     mixer = ffn = 0.0
     for i, layer in enumerate(arch.layers):
