@@ -1,4 +1,5 @@
 """The search-space language: loading, errors, sampling, constraints (no training)."""
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -8,7 +9,7 @@ import pytest
 
 from nas.errors import SpecError
 from nas.space import cost_value, grid_size, load_space, parse_constraint, set_path, spec_hash, violations
-from spaces import space_names, space_path
+from spaces import SPACES, space_names, space_path
 
 BASE = """\
 name: t
@@ -156,9 +157,27 @@ def test_set_path_creates_and_deletes():
 
 
 @pytest.mark.parametrize("name", space_names())
-def test_shipped_spaces_load(name):
+def test_shipped_spaces_load_and_every_grid_point_is_a_valid_spec(name):
+    from runners.sweep.driver import _grid
+
     space = load_space(space_path(name))
     assert space.spec.objectives and space.spec.params
+    grid = _grid(space)
+    for combo in itertools.product(*grid.values()):
+        arch, _, _ = space.candidate(optuna.trial.FixedTrial(dict(zip(grid, combo))))
+        assert arch.is_canonical
+
+
+def test_shipped_define_by_run_space_samples_valid_specs():
+    space = load_space(SPACES / "hybrid_define_by_run.py")
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(25):
+        trial = study.ask()
+        arch, _, params = space.candidate(trial)
+        seen.add((params["full_layers"] > 0, params["T"] > 1))
+        study.tell(trial, 0.0)
+    assert seen == {(False, False), (False, True), (True, False), (True, True)}
 
 
 def test_validate_accepts_spaces_without_importing_torch(tmp_path):

@@ -104,6 +104,22 @@ def test_failed_and_diverged_trials_are_recorded_and_the_sweep_goes_on(tmp_path)
     assert {"complete", "pruned", "failed", "infeasible", "running", "front"} <= set(data)
 
 
+def test_a_trial_past_its_time_limit_is_recorded_as_timed_out(tmp_path):
+    path = space_file(tmp_path, f"""\
+        name: slow
+        base: tiny_noloop
+        params:
+          lr: {{target: proxy.lr, choices: [0.001]}}
+        {OBJECTIVES}
+        {PROXY}
+        search: {{sampler: grid, trials: 1, concurrency: 1, trial_timeout: 0.001}}
+        """)
+    exp = run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)
+    [record] = read_trials(exp)
+    assert record.status == "timeout" and "time limit" in record.reason
+    assert [g.step for g in record.rungs] == [2]  # stopped at its first evaluation
+
+
 def test_kill_minus_9_then_resume_finishes_exactly_the_requested_trials(tmp_path):
     path = space_file(tmp_path, f"""\
         name: resumable

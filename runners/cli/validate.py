@@ -35,8 +35,9 @@ def check(path: Path) -> str:
         from nas.space import grid_size, load_space
         space = load_space(path)
         size = grid_size(space)
-        return (f"space {space.name}: {len(space.spec.params)} parameters"
-                + (f" ({size} grid points)" if size else "")
+        what = ("define-by-run sample(trial, base)" if space.sample_fn is not None
+                else f"{len(space.spec.params)} parameters" + (f" ({size} grid points)" if size else ""))
+        return (f"space {space.name}: {what}"
                 + f", {len(space.constraints)} constraints, objectives "
                 + ", ".join(f"{o.direction} {o.name}" for o in space.spec.objectives))
     arch = load(path)
