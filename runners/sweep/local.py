@@ -30,6 +30,7 @@ def _worker_main(conn, threads: int) -> None:
         job = conn.recv()
         if job is None:
             return
+        conn.send(("start", job["id"], None))  # the time limit runs from here, not from spawn
 
         def report(rung: Rung) -> bool:
             conn.send(("rung", job["id"], rung.model_dump()))
@@ -100,7 +101,9 @@ def _handle(sweep: Sweep, worker: _Worker) -> None:
         kind, rid, payload = worker.conn.recv()
     except (EOFError, OSError):
         return  # the process died; _reap records it
-    if kind == "rung":
+    if kind == "start":
+        worker.started = time.time()
+    elif kind == "rung":
         worker.conn.send(sweep.on_rung(rid, Rung.model_validate(payload)))
     else:
         sweep.finish(rid, payload)
