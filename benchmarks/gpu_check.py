@@ -12,8 +12,9 @@ Run on one CUDA GPU (sized for an H200, about 5 minutes):
    paper specs (15M and 110M; NoLoop, FullLoop, MixerLoop) on the fla backend, and, side
    by side, fla's own ``GatedDeltaNetForCausalLM`` of the NoLoop geometry.
 
-Writes one JSON file and prints a table. ``--smoke`` runs the same code on CPU with tiny
-shapes and the torch backend (fla's kernels need CUDA), so the script cannot rot unseen.
+Writes one JSON file and prints a table. ``--smoke`` runs step 1 on CPU at tiny shapes
+in float32, fla's real kernels under Triton's interpreter against the torch path (so it
+fails when the two disagree), and step 2 on the torch backend only.
 """
 from __future__ import annotations
 
@@ -21,9 +22,15 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 import warnings
 from pathlib import Path
+
+if "--smoke" in sys.argv:
+    os.environ["TRITON_INTERPRET"] = "1"  # must precede the first import of triton
+# run as a script, sys.path starts at this folder, whose spaces/ would shadow the package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
@@ -48,6 +55,16 @@ OPS = {
     "nsa": NSASpec(num_heads=16, num_kv_heads=1, head_dim=16, block_size=16, block_counts=4, window=64),
     "swiglu": SwiGLUSpec(hidden_size=512),
 }
+SMOKE_OPS = {
+    "gdn": GDNSpec(num_heads=2, head_dim=16, expand_v=1),
+    "deltanet": DeltaNetSpec(num_heads=2),
+    "kda": KDASpec(num_heads=2, head_dim=16),
+    "mamba2": Mamba2Spec(head_dim=16, state_size=16, chunk_size=16),
+    "attn": AttnSpec(num_heads=4),
+    "attn_swa": AttnSpec(num_heads=4, window=8),
+    "nsa": NSASpec(num_heads=16, num_kv_heads=1, head_dim=16, block_size=16, block_counts=3, window=8),
+    "swiglu": SwiGLUSpec(hidden_size=96),
+}
 SPECS = ["noloop_15m", "fullloop_15m", "mixerloop_15m", "noloop_110m", "fullloop_110m", "mixerloop_110m"]
 
 
@@ -62,14 +79,14 @@ def _run(module, x):
     return y.detach(), x.grad.detach()
 
 
-def op_errors(device: str, width: int, T: int, fla_backend: str) -> list[dict]:
+def op_errors(ops: dict, device: str, width: int, T: int, dtypes: tuple) -> list[dict]:
     """Per op and dtype: relative error of the fla-backend module against the torch one."""
     rows = []
-    for name, spec in OPS.items():
-        for dtype in (torch.float32, torch.bfloat16):
+    for name, spec in ops.items():
+        for dtype in dtypes:
             torch.manual_seed(0)
             ref = build_op(spec, BuildCtx(width=width, backend="torch")).to(device, dtype)
-            fla = build_op(spec, BuildCtx(width=width, backend=fla_backend)).to(device, dtype)
+            fla = build_op(spec, BuildCtx(width=width, backend="fla")).to(device, dtype)
             fla.load_state_dict(ref.state_dict())
             x = torch.randn(2, T, width, device=device, dtype=dtype)
             try:
@@ -161,20 +178,22 @@ def _table(result: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_check.json"))
-    ap.add_argument("--smoke", action="store_true", help="tiny CPU run of the same code")
+    ap.add_argument("--smoke", action="store_true", help="tiny CPU run: fla under Triton's interpreter vs torch")
     args = ap.parse_args()
-    smoke = args.smoke or not torch.cuda.is_available()
+    if not args.smoke and not torch.cuda.is_available():
+        ap.error("no CUDA device here; --smoke runs the CPU check (fla under Triton's interpreter)")
+    smoke = args.smoke
     device = "cpu" if smoke else "cuda"
     if smoke:
         specs = [load_arch(ARCHS / f"tiny_{n}.yaml") for n in ("noloop", "fullloop", "mixerloop")]
-        ops = op_errors(device, width=64, T=32, fla_backend="torch")
+        ops = op_errors(SMOKE_OPS, device, width=32, T=37, dtypes=(torch.float32,))
         tput = throughput(specs, device, "torch", batch=2, T=32, steps=1, with_fla_model=False)
     else:
         specs = [load_arch(ARCHS / f"{n}.yaml") for n in SPECS]
-        ops = op_errors(device, width=256, T=512, fla_backend="fla")
+        ops = op_errors(OPS, device, width=256, T=512, dtypes=(torch.float32, torch.bfloat16))
         tput = throughput(specs, device, "fla", batch=16, T=1024, steps=10, with_fla_model=True)
     result = {
-        "smoke": smoke, "device": torch.cuda.get_device_name() if not smoke else platform.processor() or "cpu",
+        "command": "python " + " ".join(sys.argv), "smoke": smoke, "device": torch.cuda.get_device_name() if not smoke else platform.processor() or "cpu",
         "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "ops": ops, "throughput": tput,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
