@@ -117,8 +117,16 @@ class RecordCallback(_Live, Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         self.sweep.finish(trial.config["job"]["id"], {
             "status": "failed", "crashed": True,
-            "reason": f"the trial's Ray actor died: {str(trial.error_file or '')[-200:]}"})
+            "reason": f"the trial's Ray actor died: {_error(trial)}"})
         self.changed()
+
+
+def _error(trial) -> str:
+    try:
+        err = trial.get_error()
+    except Exception:  # the error file may be gone or unreadable
+        err = None
+    return (str(err).strip().splitlines() or ["see the Ray logs"])[-1][:300] if err else "see the Ray logs"
 
 
 def run_ray(sweep: Sweep, address: str | None = None, on_change: Callable[[], None] = lambda: None) -> None:
