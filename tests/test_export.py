@@ -66,8 +66,21 @@ def trained(tmp_path_factory, one_thread):
     trials = []
     for i, name in enumerate(ROUND_TRIP):
         train(arch(name), cfg, out_dir=exp / "trials" / f"t{i:04d}")
+        perturb_loop_parameters(exp / "trials" / f"t{i:04d}" / "checkpoint.pt", seed=i)
         trials.append(record(i, name, [(0.5 + 0.1 * i, 1e6 * (i + 1), None)]))
     return write_experiment(exp, trials)
+
+
+def perturb_loop_parameters(path: Path, seed: int) -> None:
+    """Three steps barely move the zero-initialised loop parameters (ρ, gates, conditioning;
+    an elastic run may not even reach its mixed-depth phase), and zeros would round-trip
+    even if they were lost: give them values the exported model must reproduce."""
+    ckpt = torch.load(path, weights_only=False)
+    gen = torch.Generator().manual_seed(seed)
+    for name, value in ckpt["model"].items():
+        if name == "rho" or name.startswith("loops."):
+            value.add_(0.1 * torch.randn(value.shape, generator=gen))
+    torch.save(ckpt, path)
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +129,7 @@ def test_transformers_logits_equal_loopnas(round_trip, trained, i, name):
     model = loopnas_model(trained, i)
     r = out["pretrained"][name]
     gates = [p for n, p in model.named_parameters() if n == "rho" or n.startswith("loops.")]
-    assert gates and any(g.abs().max() > 0 for g in gates), "training moved no loop parameter"
+    assert gates and all(g.abs().max() > 0 for g in gates)
     with torch.no_grad():
         torch.testing.assert_close(r["logits"], model(ids).logits, rtol=1e-5, atol=1e-5)
         shifted = torch.nn.functional.pad(ids[:, 1:], (0, 1), value=-100)  # loopnas takes shifted labels
