@@ -17,7 +17,7 @@ from torch import nn
 
 from nas.lower import ratio_counts
 from nas.plan import Loop, Node, Step, check_loops, max_loops, plan, total_applications
-from nas.spec import ArchSpec, MoESpec, NoFFNSpec, NormSpec, SwitchSpec
+from nas.spec import ArchSpec, MoESpec, NoFFNSpec, NormSpec, ParallelSpec, SwitchSpec
 
 from . import ops_registry  # noqa: F401  (registers every op builder)
 from .layers import fla_runtime
@@ -150,16 +150,28 @@ class LoopLM(nn.Module):
                         out["topk"] = o.topk
         return out
 
+    def _collect_aux(self, mod: nn.Module, spec, option: int, aux: list[torch.Tensor]) -> None:
+        """After a mixer ran: the auxiliary loss (DSA's indexer distillation) of every leaf
+        that ran in it, wherever it sits: each parallel branch, the chosen switch option."""
+        if isinstance(spec, SwitchSpec):
+            return self._collect_aux(mod.options[option], spec.options[option], option, aux)
+        if isinstance(spec, ParallelSpec):
+            for branch, sub in zip(mod.branches, spec.branches):
+                self._collect_aux(branch, sub, option, aux)
+            return
+        leaf = getattr(mod, "aux_loss", None)
+        if self.training and isinstance(leaf, torch.Tensor) and leaf.requires_grad:
+            aux.append(leaf)
+
     def _step(self, addr, h: torch.Tensor, run: _Run) -> torch.Tensor:
         block = self.layers[addr.layer]
         if addr.op == "mixer":
-            kw = self._overrides(addr.layer, run)
-            if run.pattern is not None and isinstance(self.arch.layers[addr.layer].mixer, SwitchSpec):
-                kw["option"] = run.pattern[addr.layer]
+            spec, kw = self.arch.layers[addr.layer].mixer, self._overrides(addr.layer, run)
+            option = run.pattern[addr.layer] if run.pattern is not None else 0
+            if isinstance(spec, SwitchSpec):
+                kw["option"] = option
             h = block.run_mixer(h, **kw)
-            aux = getattr(block.mixer, "aux_loss", None)  # DSA's indexer distillation loss
-            if self.training and isinstance(aux, torch.Tensor) and aux.requires_grad:
-                run.aux.append(aux)
+            self._collect_aux(block.mixer, spec, option, run.aux)
             return h
         if not block.is_moe:
             return block.run_ffn(h)
