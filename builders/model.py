@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nas.lower import ratio_counts
+from nas.placement import ratio_counts
 from nas.plan import Loop, Node, Step, check_loops, max_loops, plan, total_applications
 from nas.spec import ArchSpec, MoESpec, NoFFNSpec, NormSpec, ParallelSpec, SwitchSpec
 

@@ -9,9 +9,11 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from .budget import match_budget
 from .errors import Problem, SpecError, from_validation_error
-from .lower import lower, placement
-from .spec import ArchSpec
+from .lower import lower, lower_loop
+from .placement import placement
+from .spec import ArchSpec, LoopSugar
 from .validate import validate
 
 
@@ -125,18 +127,45 @@ def source_path(spec: ArchSpec, path: str) -> str:
     return f"{where}.{field}{rest}"
 
 
+_LOOP_PATH = re.compile(r"^loops\[(\d+)\](?:\.(\w+))?(.*)$")
+
+
+def loop_source_path(spec: ArchSpec, path: str) -> str:
+    """Where a problem found on canonical ``loops[j]`` lives in the ``loop`` sugar that
+    wrote region j: ``loop.routing_replay``, ``loop[1].T``; regions the user listed under
+    ``loops`` keep their path."""
+    m = _LOOP_PATH.match(path)
+    if m is None or spec.loop is None:
+        return path
+    j = int(m[1]) - len(spec.loops)  # lower() puts explicit regions first
+    sugars = spec.loop if isinstance(spec.loop, tuple) else (spec.loop,)
+    try:
+        layers = lower(spec.model_copy(update={"loop": None, "match": None})).layers
+        sizes = [len(lower_loop(s, layers)) for s in sugars]
+    except SpecError:
+        return path
+    for k, n in enumerate(sizes):
+        if 0 <= j < n:
+            where = "loop" if isinstance(spec.loop, LoopSugar) else f"loop[{k}]"
+            field = m[2] if m[2] in LoopSugar.model_fields else None
+            return f"{where}.{field}{m[3]}" if field else where
+        j -= n
+    return path
+
+
 def _in_source(spec: ArchSpec, problems: list[Problem]) -> list[Problem]:
     """Problems re-pathed to the source spec, duplicates (one per templated layer) dropped."""
     out: list[Problem] = []
     for p in problems:
-        moved = Problem(source_path(spec, p.path), p.message)
+        moved = Problem(loop_source_path(spec, source_path(spec, p.path)), p.message)
         if moved not in out:
             out.append(moved)
     return out
 
 
 def resolve(spec: ArchSpec, source: str | None = None) -> ArchSpec:
-    """Lower to canonical form and validate; raises SpecError listing every problem."""
+    """Lower to canonical form, validate, then solve a ``match`` block (lower → validate →
+    match); raises SpecError listing every problem."""
     try:
         canonical = lower(spec)
     except SpecError as exc:
@@ -144,6 +173,11 @@ def resolve(spec: ArchSpec, source: str | None = None) -> ArchSpec:
     problems = validate(canonical)
     if problems:
         raise SpecError(_in_source(spec, problems), source)
+    if spec.match is not None:
+        try:
+            return match_budget(spec, spec.match)
+        except SpecError as exc:
+            raise SpecError(_in_source(spec, exc.problems), source or exc.source) from None
     return canonical
 
 

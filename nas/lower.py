@@ -6,14 +6,14 @@ heads, FFN widths), and expands ``loop`` sugar into explicit :class:`LoopRegion`
 """
 from __future__ import annotations
 
-import math
 import typing
 
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import Problem, SpecError, fail, format_path, from_validation_error, suggest
+from .placement import placement, ratio_counts
 from .spec import (
-    FFN_KINDS, MIXER_KINDS, ArchSpec, AttnSpec, DSASpec, FFNSpec, HybridSpec, IterOverride,
+    FFN_KINDS, MAX_APPLICATIONS, MIXER_KINDS, ArchSpec, AttnSpec, DSASpec, FFNSpec, HybridSpec, IterOverride,
     LayerSpec, LoopRegion, LoopSugar, Mamba2Spec, MixerSpec, ModelSpec, MoESpec,
     NSASpec, OpAddr, ParallelSpec, Spec, SwiGLUSpec, SwitchSpec,
 )
@@ -105,55 +105,6 @@ def _resolve_layer(layer: LayerSpec, model: ModelSpec, path: str) -> LayerSpec:
 # ---------------------------------------------------------------- hybrid placement
 
 
-def ratio_counts(ratio: dict[str, int], L: int) -> dict[str, int]:
-    """Layers per name by largest remainder, so counts sum to L."""
-    total = sum(ratio.values())
-    exact = {k: L * r / total for k, r in ratio.items()}
-    counts = {k: math.floor(v) for k, v in exact.items()}
-    by_remainder = sorted(exact, key=lambda k: (counts[k] - exact[k], list(ratio).index(k)))
-    for k in by_remainder[: L - sum(counts.values())]:
-        counts[k] += 1
-    return counts
-
-
-def _spread(free: list[int], n: int) -> list[int]:
-    """n of the free slots, evenly spaced, each at the end of its stride."""
-    m = len(free)
-    return [free[i] for i in range(m) if (i + 1) * n // m > i * n // m]
-
-
-def placement(hybrid: HybridSpec, L: int) -> list[str]:
-    """The mixer name of each layer for a ratio and a placement rule."""
-    if isinstance(hybrid.placement, tuple):
-        if len(hybrid.placement) != L:
-            raise fail("hybrid.placement", f"explicit placement lists {len(hybrid.placement)} "
-                       f"layers but the model has {L}; give one name per layer")
-        return list(hybrid.placement)
-    counts = ratio_counts(hybrid.ratio, L)
-    for name, c in counts.items():
-        if c == 0:
-            raise fail("hybrid.ratio", f"ratio {':'.join(map(str, hybrid.ratio.values()))} over "
-                       f"{L} layers leaves '{name}' no layer; use at least "
-                       f"{sum(hybrid.ratio.values())} layers or change the ratio")
-    majority = max(counts, key=lambda k: (counts[k], list(counts).index(k)))
-    minority = sorted((k for k in counts if k != majority), key=lambda k: counts[k])
-    names: list[str | None] = [None] * L
-    for name in minority:
-        free = [i for i in range(L) if names[i] is None]
-        n = counts[name]
-        if hybrid.placement in ("interleave", "random"):
-            slots = _spread(free, n)
-        elif hybrid.placement == "bookend":
-            slots = free[: (n + 1) // 2] + (free[len(free) - n // 2:] if n // 2 else [])
-        elif hybrid.placement == "front":
-            slots = free[:n]
-        else:
-            slots = free[len(free) - n:]
-        for i in slots:
-            names[i] = name
-    return [n if n is not None else majority for n in names]
-
-
 def _hybrid_mixer(name: str, hybrid: HybridSpec, path: str) -> MixerSpec:
     if name in hybrid.mixers:
         return hybrid.mixers[name]
@@ -165,6 +116,17 @@ def _hybrid_mixer(name: str, hybrid: HybridSpec, path: str) -> MixerSpec:
     known = sorted(set(hybrid.mixers) | set(MIXER_KINDS) - set(_COMPOSITE))
     raise fail(path, f"'{name}' is neither a mixer kind nor a key of hybrid.mixers; "
                f"{suggest(name, known)}valid names: {', '.join(known)}")
+
+
+def _check_explicit_ratio(hybrid: HybridSpec, names: list[str]) -> None:
+    """An explicit placement list must agree with ``ratio``, which would else be ignored."""
+    have = {n: names.count(n) for n in dict.fromkeys(names)}
+    want = {n: c for n, c in ratio_counts(hybrid.ratio, len(names)).items() if c}
+    if have != want:
+        fmt = lambda d: ", ".join(f"{c} {n}" for n, c in d.items())
+        raise fail("hybrid.ratio", f"ratio {':'.join(map(str, hybrid.ratio.values()))} over "
+                   f"{len(names)} layers means {fmt(want)}, but the placement list has "
+                   f"{fmt(have)}; make the ratio match the list")
 
 
 def _hybrid_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
@@ -179,10 +141,13 @@ def _hybrid_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
         return tuple(LayerSpec(mixer=SwitchSpec(options=options), ffn=ffn) for _ in range(L))
     for n in hybrid.ratio:
         _hybrid_mixer(n, hybrid, format_path(("hybrid", "ratio", n)))
-    explicit = isinstance(hybrid.placement, tuple)
-    return tuple(LayerSpec(mixer=_hybrid_mixer(n, hybrid, f"hybrid.placement[{i}]" if explicit
-                                               else format_path(("hybrid", "ratio", n))), ffn=ffn)
-                 for i, n in enumerate(placement(hybrid, L)))
+    explicit, names = isinstance(hybrid.placement, tuple), placement(hybrid, L)
+    layers = tuple(LayerSpec(mixer=_hybrid_mixer(n, hybrid, f"hybrid.placement[{i}]" if explicit
+                                                 else format_path(("hybrid", "ratio", n))), ffn=ffn)
+                   for i, n in enumerate(names))
+    if explicit:
+        _check_explicit_ratio(hybrid, names)
+    return layers
 
 
 def _raw_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
@@ -219,6 +184,12 @@ def _selected(sugar: LoopSugar, layers, path: str) -> list[OpAddr]:
     if not 0 <= lo <= hi < len(layers):
         raise fail(f"{path}.select.layers", f"layer range [{lo}, {hi}] is not a range "
                    f"[first, last] with 0 <= first <= last <= {len(layers) - 1}")
+    unknown = [k for k in sel.kinds or () if k not in MIXER_KINDS + FFN_KINDS]
+    if unknown:
+        kinds = MIXER_KINDS + FFN_KINDS
+        raise SpecError([Problem(f"{path}.select.kinds", f"unknown op kind '{k}'; "
+                                 f"{suggest(k, kinds)}valid kinds: {', '.join(kinds)}")
+                         for k in unknown])
     picked = []
     for i in range(lo, hi + 1):
         for op in ("mixer", "ffn"):
@@ -244,20 +215,50 @@ def _elr_span(sugar: LoopSugar, L: int, path: str) -> tuple[OpAddr, OpAddr]:
     return OpAddr(layer=first, op="mixer"), OpAddr(layer=first + sugar.recurrent - 1, op="ffn")
 
 
-def _window_schedule(sugar: LoopSugar, a: OpAddr, b: OpAddr, layers, path: str):
-    if sugar.windows is None:
-        return ()
-    if len(sugar.windows) != sugar.T:
-        raise fail(f"{path}.windows", f"{len(sugar.windows)} windows for T={sugar.T} "
-                   "iterations; give one window per iteration")
-    attn = [i for i in range(a.layer, b.layer + 1)
-            if OpAddr(layer=i, op="mixer").flat >= a.flat
-            and OpAddr(layer=i, op="mixer").flat <= b.flat
-            and isinstance(layers[i].mixer, (AttnSpec, NSASpec))]
-    if not attn:
-        raise fail(f"{path}.windows", "the loop contains no attention mixer to schedule")
-    return tuple(IterOverride(iteration=t, layer=i, window=w)
-                 for t, w in enumerate(sugar.windows) for i in attn)
+# schedule sugar: field → (mixer kinds it applies to, IterOverride field, what it is)
+_SCHEDULES = {"windows": ((AttnSpec, NSASpec), "window", "window"), "topk": ((DSASpec,), "topk", "top-k")}
+
+
+def _schedulable(sugar: LoopSugar, field: str, x: OpAddr, layers) -> bool:
+    return x.op == "mixer" and isinstance(layers[x.layer].mixer, _SCHEDULES[field][0])
+
+
+def _no_target(field: str, path: str, mixers) -> SpecError:
+    """No mixer for a schedule field; points at the other field when the loop has its kind."""
+    other = "topk" if field == "windows" else "windows"
+    text = ("no attention mixer with a window (attn, nsa)" if field == "windows"
+            else "no dsa mixer with a top-k")
+    hint = ""
+    if any(isinstance(m, _SCHEDULES[other][0]) for m in mixers):
+        hint = ("; DSA is sparse attention and its schedule is topk: [...], one top-k per "
+                "iteration" if field == "windows" else "; attn and nsa take windows: [...]")
+    return fail(f"{path}.{field}", f"the loop contains {text} to schedule{hint}")
+
+
+def _schedule(sugar: LoopSugar, a: OpAddr, b: OpAddr, layers, path: str, strict: bool = True
+              ) -> tuple[IterOverride, ...]:
+    """``windows`` / ``topk`` sugar: one value per iteration for every mixer of the kinds
+    it applies to between ``a`` and ``b`` (``strict``: a field with no such mixer there
+    is an error; per-op regions check that once for the whole boundary instead)."""
+    out: list[IterOverride] = []
+    for field, (_, key, what) in _SCHEDULES.items():
+        values = getattr(sugar, field)
+        if values is None:
+            continue
+        if len(values) != sugar.T:
+            raise fail(f"{path}.{field}", f"{len(values)} {field} for T={sugar.T} "
+                       f"iterations; give one {what} per iteration")
+        lo = a.layer + (a.op == "ffn")
+        targets = [i for i in range(lo, b.layer + 1)
+                   if _schedulable(sugar, field, OpAddr(layer=i, op="mixer"), layers)]
+        if not targets and strict:
+            raise _no_target(field, path, [layers[i].mixer for i in range(lo, b.layer + 1)])
+        if len(values) * len(targets) > MAX_APPLICATIONS:
+            raise fail(f"{path}.{field}", f"{len(values)} iterations × {len(targets)} layers "
+                       f"of schedule exceed the cap of {MAX_APPLICATIONS:,} applications")
+        out += [IterOverride(iteration=t, layer=i, **{key: v})
+                for t, v in enumerate(values) for i in targets]
+    return tuple(out)
 
 
 # sugar fields that only mean something for one boundary
@@ -288,27 +289,24 @@ def lower_loop(sugar: LoopSugar, layers, path: str = "loop") -> list[LoopRegion]
         return []
     if b in ("block", "elr"):
         a, z = (OpAddr(layer=0, op="mixer"), last) if b == "block" else _elr_span(sugar, L, path)
-        return [_region(a, z, sugar, _window_schedule(sugar, a, z, layers, path))]
+        return [_region(a, z, sugar, _schedule(sugar, a, z, layers, path))]
     if b in ("mixer", "ffn"):
         addrs = [OpAddr(layer=i, op=b) for i in range(L)]
     else:
         addrs = _selected(sugar, layers, path)
         if sugar.unit == "span":
             a, z = addrs[0], addrs[-1]
-            return [_region(a, z, sugar, _window_schedule(sugar, a, z, layers, path))]
-    attn = [x.op == "mixer" and isinstance(layers[x.layer].mixer, (AttnSpec, NSASpec))
-            for x in addrs]
-    if sugar.windows is not None and not any(attn):
-        raise fail(f"{path}.windows", "the loop contains no attention mixer to schedule")
-    return [_region(x, x, sugar, _window_schedule(sugar, x, x, layers, path) if a else ())
-            for x, a in zip(addrs, attn)]
+            return [_region(a, z, sugar, _schedule(sugar, a, z, layers, path))]
+    for field in _SCHEDULES:
+        if getattr(sugar, field) is not None and not any(_schedulable(sugar, field, x, layers) for x in addrs):
+            raise _no_target(field, path, [layers[x.layer].mixer for x in addrs if x.op == "mixer"])
+    return [_region(x, x, sugar, _schedule(sugar, x, x, layers, path, strict=False)) for x in addrs]
 
 
 def lower(spec: ArchSpec) -> ArchSpec:
-    """The canonical form of ``spec`` (idempotent)."""
-    if spec.match is not None:
-        from .budget import match_budget
-        return match_budget(spec.model_copy(update={"match": None}), spec.match)
+    """The canonical form of ``spec`` (idempotent), at the sizes written. A ``match``
+    block is not lowering: :func:`nas.load.resolve` solves it after validation (lower →
+    validate → match), so lowering never calls the budget matcher."""
     problems = _defaults_problems(spec.model)
     if problems:
         raise SpecError(problems)
@@ -327,4 +325,4 @@ def lower(spec: ArchSpec) -> ArchSpec:
     )
 
 
-__all__ = ["lower", "lower_loop", "placement", "default_ffn_hidden", "SpecError"]
+__all__ = ["lower", "lower_loop", "placement", "ratio_counts", "default_ffn_hidden", "SpecError"]

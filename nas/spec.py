@@ -377,6 +377,7 @@ class LoopSugar(Spec):
       ``elr``: ``prelude`` layers, then ``recurrent`` layers looped, then ``coda``.
     - ``windows``: a loop-level schedule, one window per iteration (``full`` or an int)
       for every attention mixer in the loop (LT2's coarse-to-fine full→swa512→…).
+    - ``topk``: the same for DSA mixers, one top-k per iteration.
     """
 
     boundary: Literal["none", "block", "mixer", "ffn", "selective", "elr"]
@@ -389,6 +390,7 @@ class LoopSugar(Spec):
     recurrent: PositiveInt | None = None
     coda: NonNegInt | None = None
     windows: tuple[PositiveInt | Literal["full"], ...] | None = None
+    topk: tuple[PositiveInt, ...] | None = None
     routing_replay: bool = False
 
 
@@ -455,7 +457,7 @@ class ArchSpec(Spec):
     description: str = ""
     model: ModelSpec
     layers: tuple[LayerSpec, ...] | None = None
-    num_layers: Annotated[int, Field(gt=0, le=MAX_LAYERS)] | None = None
+    num_layers: Annotated[int, Field(gt=0, le=MAX_LAYERS, strict=True)] | None = None
     layer: LayerSpec | None = None
     hybrid: HybridSpec | None = None
     loop: LoopSugar | tuple[LoopSugar, ...] | None = None

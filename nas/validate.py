@@ -158,6 +158,12 @@ def validate(arch: ArchSpec) -> list[Problem]:
         if has_switch and arch.random_placement is None:
             out.append(Problem(f"layers[{i}].mixer", "a switch mixer needs random_placement "
                                "(written by hybrid placement: random)"))
+        elif has_switch and len(arch.random_placement.ratio) != len(layer.mixer.options):
+            # the executor draws option i at random_placement.ratio's i-th count, and the
+            # cost model weighs option i the same way: one name per option
+            out.append(Problem(f"layers[{i}].mixer.options", f"{len(layer.mixer.options)} options "
+                               f"but random_placement.ratio names {len(arch.random_placement.ratio)} "
+                               "mixers; give one ratio entry per option, in option order"))
     loop_out = loop_problems(arch)
     out += loop_out
     # Well-formed regions (disjoint or nested, inside the model) make the plan a tree in
@@ -167,6 +173,9 @@ def validate(arch: ArchSpec) -> list[Problem]:
         cap = application_cap_problem(arch)
         if cap is not None:
             out.append(Problem("loops", cap))
+    if arch.kv_policy == "last_loop" and not arch.loops:
+        out.append(Problem("kv_policy", "last_loop shares one KV cache across loop iterations "
+                           "and this model has no loop; remove kv_policy or add a loop"))
     if arch.elastic is not None and not arch.loops:
         out.append(Problem("elastic", "elastic depth needs at least one loop; add a loop or "
                            "remove elastic"))

@@ -7,7 +7,7 @@ import itertools
 import math
 from typing import NamedTuple
 
-from ..lower import ratio_counts
+from ..placement import ratio_counts
 from ..plan import flat_counts
 from ..spec import ArchSpec, AttnSpec, DSASpec, NSASpec, Spec, SwitchSpec
 
@@ -119,6 +119,8 @@ def layer_choices(mixer: Spec, weights: tuple[float, ...] | None) -> tuple[tuple
     if not isinstance(mixer, SwitchSpec):
         return ((1.0, mixer),)
     k = len(mixer.options)
-    w = weights if weights is not None and len(weights) == k else (1 / k,) * k
-    return tuple(zip(w, mixer.options))
+    if weights is not None and len(weights) != k:
+        raise ValueError(f"a switch with {k} options and {len(weights)} random-placement "
+                         "weights; validate the spec (nas.validate) before pricing it")
+    return tuple(zip(weights if weights is not None else (1 / k,) * k, mixer.options))
 
