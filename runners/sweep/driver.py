@@ -35,15 +35,29 @@ class SweepError(ValueError):
 
 
 def summary(arch) -> str:
-    """One line: layers, mixers, loops (``2L gdn·swiglu | mixer T=4 ×2``)."""
+    """One line: ``1L d=64 gdn·swiglu | FullLoop T=4`` (``MixerLoop T=2 ×6``, ``loop
+    layers 2..5 T=3``, ``ffn loop T=2 ×6``)."""
     from collections import Counter
 
     mixers = Counter(layer.mixer.kind for layer in arch.layers)
     mix = "+".join(f"{n}{k}" if len(mixers) > 1 else k for k, n in mixers.items())
-    ffn = arch.layers[0].ffn.kind
-    loops = ", ".join(f"{r.start.op}{r.start.layer}..{r.end.op}{r.end.layer} T={r.T}" for r in arch.loops[:3])
-    more = f" (+{len(arch.loops) - 3})" if len(arch.loops) > 3 else ""
-    return f"{len(arch.layers)}L d={arch.model.width} {mix}·{ffn} | " + (f"loops: {loops}{more}" if loops else "no loop")
+    head = f"{len(arch.layers)}L d={arch.model.width} {mix}·{arch.layers[0].ffn.kind}"
+    kinds = Counter(_loop_kind(arch, r) for r in arch.loops)
+    loops = ", ".join(f"{kind}{f' ×{n}' if n > 1 else ''}" for kind, n in kinds.items())
+    return f"{head} | {loops or 'no loop'}"
+
+
+def _loop_kind(arch, r) -> str:
+    one_op = r.start == r.end
+    if r.start.layer == 0 and r.start.op == "mixer" and r.end.layer == arch.L - 1 and r.end.op == "ffn":
+        return f"FullLoop T={r.T}"
+    if one_op and r.start.op == "mixer":
+        return f"MixerLoop T={r.T}"
+    if one_op:
+        return f"{r.start.op} loop T={r.T}"
+    if r.start.op == "mixer" and r.end.op == "ffn":
+        return f"loop layers {r.start.layer}..{r.end.layer} T={r.T}"
+    return f"loop {r.start.op}{r.start.layer}..{r.end.op}{r.end.layer} T={r.T}"
 
 
 def make_sampler(space: Space, trials: int):
