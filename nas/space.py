@@ -159,6 +159,8 @@ class SearchSpec(_Data):
     early_stopping: EarlyStopSpec | None = None
     trial_timeout: float | None = Field(None, gt=0, description="seconds per trial")
     seed: int = 0
+    storage: str | None = Field(None, description="an Optuna RDB URL (sqlite:///x.db, "
+                                "postgresql://...) instead of the experiment's journal file")
 
 
 class SpaceSpec(_Data):

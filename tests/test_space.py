@@ -194,3 +194,13 @@ def test_validate_accepts_spaces_without_importing_torch(tmp_path):
     assert run.stderr.strip().splitlines() == [f"error: {bad}: params.T.target: 'lop.T' is not a spec field; "
                                                "did you mean 'loop'? targets start with a spec field (model, "
                                                "layer, loop, hybrid, elastic, ...) or 'proxy.'"]
+
+
+def test_match_resizes_every_candidate_to_the_same_parameters(tmp_path):
+    space = load_space(write(tmp_path, BASE.replace("objectives:", "match: {unique_params: 100000, "
+                                                    "vary: ffn_hidden, tolerance: 0.01}\nobjectives:")))
+    sizes = []
+    for params in ({"boundary": "none"}, {"boundary": "block", "T": 4}, {"boundary": "mixer", "T": 2}):
+        arch, _, _ = space.candidate(optuna.trial.FixedTrial(params))
+        sizes.append(cost_value(arch, "unique_params", 1024))
+    assert all(abs(n / 100000 - 1) <= 0.01 for n in sizes), sizes

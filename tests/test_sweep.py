@@ -112,12 +112,17 @@ def test_a_trial_past_its_time_limit_is_recorded_as_timed_out(tmp_path):
           lr: {{target: proxy.lr, choices: [0.001]}}
         {OBJECTIVES}
         {PROXY}
-        search: {{sampler: grid, trials: 1, concurrency: 1, trial_timeout: 0.001}}
+        search: {{sampler: grid, trials: 1, concurrency: 1, trial_timeout: 0.001,
+                  storage: "sqlite:///{tmp_path}/study.db"}}
         """)
     exp = run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)
     [record] = read_trials(exp)
     assert record.status == "timeout" and "time limit" in record.reason
     assert [g.step for g in record.rungs] == [2]  # stopped at its first evaluation
+    # the study lives in the RDB named by search.storage, not in the journal
+    study = optuna.load_study(study_name="slow", storage=f"sqlite:///{tmp_path}/study.db")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
+    assert not (exp / "study.journal").exists()
 
 
 def test_kill_minus_9_then_resume_finishes_exactly_the_requested_trials(tmp_path):

@@ -153,7 +153,9 @@ class Sweep:
             self.total = min(self.total, grid_size(space) or self.total)
             self.final = (*FINAL, "infeasible")
         self._open(resume)
-        self.storage = JournalStorage(JournalFileBackend(str(self.out / JOURNAL)))
+        url = spec.search.storage
+        self.storage = (optuna.storages.RDBStorage(url) if url
+                        else JournalStorage(JournalFileBackend(str(self.out / JOURNAL))))
         self.sampler = make_sampler(space, self.total)
         self.study = optuna.create_study(
             storage=self.storage, sampler=self.sampler, study_name=spec.name, load_if_exists=True,
