@@ -248,8 +248,9 @@ def save_checkpoint(path: Path, payload: dict) -> None:
 
 
 def _fingerprint(arch: ArchSpec, config: TrainConfig) -> str:
-    """What a checkpoint must match to be resumed (the progress bar may differ)."""
-    config_data = config.model_dump(mode="json", exclude={"progress"})
+    """What a checkpoint must match to be resumed. The progress bar may differ, and so may
+    the step or token budget: a resumed run may be extended to more steps."""
+    config_data = config.model_dump(mode="json", exclude={"progress", "steps", "tokens"})
     return json.dumps([arch.model_dump(mode="json"), config_data], sort_keys=True)
 
 
@@ -379,6 +380,7 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
         if out is not None and every and (step % every == 0 or finished):
             save_checkpoint(out / CHECKPOINT, {
                 "fingerprint": _fingerprint(proxy, config), "step": step,
+                "arch": arch.model_dump(mode="json"), "config": config.model_dump(mode="json"),
                 "stage_start": stage_start, "tokens": tokens, "losses": losses,
                 "depth_rows": depth_rows, "evals": [e.model_dump() for e in evals],
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),

@@ -1,6 +1,8 @@
-"""``loopnas train SPEC --task TASK``: train a proxy and print its quality."""
+"""``loopnas train SPEC --task TASK``: train a proxy and print its quality;
+``loopnas train --resume DIR``: continue (and optionally extend) the run saved in DIR."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -8,7 +10,7 @@ import yaml
 from rich.table import Table
 
 from . import app
-from .common import JsonOpt, OutOpt, SpecArg, UsageError, console, load
+from .common import JsonOpt, OutOpt, UsageError, console, load
 
 TaskOpt = Annotated[str, typer.Option("--task", help="Proxy task: mqar, state_tracking, s5, lm.")]
 StepsOpt = Annotated[int | None, typer.Option(
@@ -62,6 +64,32 @@ def make_config(task: str, steps: int | None, tokens: int | None, seed: int, set
         raise UsageError(f"{where + ': ' if where else ''}{err['msg']}") from None
 
 
+CHECKPOINT = "checkpoint.pt"
+
+
+def resumed(run: Path, spec, task, steps: int | None, tokens: int | None, sets):
+    """The arch and config saved with ``run``'s checkpoint, with a new step or token budget."""
+    import torch
+
+    from nas.spec import ArchSpec
+    from runners.train import TrainConfig
+
+    if spec is not None or task is not None or sets:
+        raise UsageError("--resume takes the spec and config saved in DIR; give only --steps or --tokens")
+    path = run / CHECKPOINT
+    if not path.is_file():
+        raise UsageError(f"{run}: no {CHECKPOINT} to resume (train with --out DIR to write one)")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    if "arch" not in ckpt:
+        raise UsageError(f"{path} predates --resume (no saved spec and config); rerun it")
+    config = TrainConfig.model_validate(ckpt["config"])
+    if steps is not None or tokens is not None:
+        if steps is not None and steps < ckpt["step"]:
+            raise UsageError(f"--steps {steps} is below the {ckpt['step']} steps already run")
+        config = config.model_copy(update={"steps": steps, "tokens": tokens})
+    return ArchSpec.model_validate(ckpt["arch"]), config
+
+
 def check_task(config) -> None:
     """Build the task once, so a bad task parameter is a usage error, not a traceback."""
     from runners.tasks import Curriculum, make_task
@@ -96,26 +124,42 @@ def report(result) -> Table:
 
 @app.command("train")
 def train_cmd(
-    spec: SpecArg,
-    task: TaskOpt,
+    spec: Annotated[Path | None, typer.Argument(
+        help="Architecture spec (.yaml), or the name of a shipped one (e.g. mixerloop_15m); "
+             "omit with --resume.", show_default=False)] = None,
+    task: Annotated[str | None, typer.Option("--task", help="Proxy task: mqar, state_tracking, "
+                                             "s5, lm (required unless --resume).")] = None,
     steps: StepsOpt = None,
     tokens: TokensOpt = None,
     out: OutOpt = None,
     as_json: JsonOpt = False,
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
     sets: SetOpt = None,
+    resume: Annotated[Path | None, typer.Option(
+        "--resume", help="Continue the run saved in DIR (its checkpoint.pt: spec and config "
+                         "included); --steps or --tokens extends it.")] = None,
 ) -> None:
-    """Train a proxy of SPEC on a task and report its quality.
+    """Train a proxy of SPEC on a task and report its quality. With --out, a checkpoint is
+    written at every evaluation, so an interrupted run continues with --resume.
 
     Examples:
       loopnas train tiny_noloop --task mqar --steps 300 --set task.vocab_size=32 --set task.seq_len=32
       loopnas train tiny_mixerloop --task state_tracking --set curriculum.stage_steps=300 --json
       loopnas train tiny_elr --task lm --set task.data_files=corpus.txt --tokens 200000 --out runs/elr
+      loopnas train --resume runs/elr --tokens 400000
     """
     if steps is not None and tokens is not None:
         raise UsageError("give --steps or --tokens, not both")
-    arch = load(spec)
-    config = make_config(task, steps, tokens, seed, sets or [])
+    if resume is not None:
+        arch, config = resumed(resume, spec, task, steps, tokens, sets)
+        out = resume
+    else:
+        if spec is None or task is None:
+            raise UsageError("give SPEC and --task (or --resume DIR)")
+        arch = load(spec)
+        config = make_config(task, steps, tokens, seed, sets or [])
+        if out is not None and config.checkpoint_every is None:
+            config = config.model_copy(update={"checkpoint_every": config.eval_every})
     check_task(config)
 
     import torch
@@ -124,7 +168,8 @@ def train_cmd(
 
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"device {config.device!r} requested but CUDA is not available")
-    result = train(arch, config, out_dir=out)
+    result = train(arch, config, out_dir=out,
+                   resume=resume / CHECKPOINT if resume is not None else None)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
     else:
