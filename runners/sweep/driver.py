@@ -217,8 +217,9 @@ class Sweep:
         for number, t in states.items():
             if t.state == optuna.trial.TrialState.RUNNING:
                 self.study.tell(number, state=optuna.trial.TrialState.FAIL)
+        queued = {t.user_attrs.get(_ID) for t in states.values() if t.state == optuna.trial.TrialState.WAITING}
         for r in self.records.values():
-            if r.number in running and r.number in states:
+            if r.number in running and r.number in states and r.id not in queued:
                 self.study.enqueue_trial(states[r.number].params, user_attrs={_ID: r.id, _RESUME: True},
                                          skip_if_exists=False)
 
