@@ -3,6 +3,7 @@ in-memory study rebuilt from the trial records (``optuna.trial.create_trial``)."
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 from .data import Experiment, completion_order
@@ -66,7 +67,9 @@ def param_importance(exp: Experiment) -> tuple[dict[str, float], str | None]:
         study.add_trial(optuna.trial.create_trial(
             params=chosen, distributions={n: dists[n] for n in chosen}, value=value))
     try:
-        return dict(optuna.importance.get_param_importances(study, params=names)), None
+        with warnings.catch_warnings():  # "fewer than 2 trials per regime": expected in small sweeps
+            warnings.simplefilter("ignore", UserWarning)
+            return dict(optuna.importance.get_param_importances(study, params=names)), None
     except (RuntimeError, ValueError) as exc:  # e.g. conditional parameters never co-sampled
         return {}, f"optuna could not compute importance: {exc}"
 

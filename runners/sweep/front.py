@@ -2,6 +2,7 @@
 trial contributes one point per loop count), ranked by ``nas.pareto``."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from nas.pareto import pareto_front
@@ -25,7 +26,8 @@ def all_points(records: list[TrialRecord]) -> list[FrontPoint]:
 
 def front(records: list[TrialRecord], objectives: list[Objective]) -> list[FrontPoint]:
     """The non-dominated points, sorted by the first cost objective (or the first objective)."""
-    points = [p for p in all_points(records) if all(o.name in p.values for o in objectives)]
+    points = [p for p in all_points(records)
+              if all(o.name in p.values and math.isfinite(p.values[o.name]) for o in objectives)]
     if not points:
         return []
     values = [[p.values[o.name] for o in objectives] for p in points]

@@ -28,7 +28,8 @@ TRIALS = "trials"
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # a diverged metric is written as NaN, not null, so the record still reads back
+    model_config = ConfigDict(extra="ignore", ser_json_inf_nan="constants")
 
 
 class Objective(_Record):
