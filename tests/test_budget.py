@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nas import SpecError, load_spec, loads_arch, loads_spec
+from nas import SpecError, load_spec, loads_arch, loads_spec, resolve
 from nas.budget import match_budget
 from nas.cost import projection_flops, unique_params
 from nas.spec import MatchSpec
@@ -39,7 +39,37 @@ def test_match_hits_target(vary, field, target):
     match = MatchSpec(**{field: target}, vary=vary, tolerance=0.02)
     arch = match_budget(source("mixerloop_15m"), match)
     assert arch.is_canonical
-    assert abs(measure(arch, field) - target) / target <= 0.02
+    # within tolerance is the solver's own check; that no valid neighbouring size comes
+    # closer is not
+    x = size(arch, vary)
+    miss = abs(measure(arch, field) - target)
+    for step in (-1, 1):
+        other = next((a for d in range(1, 65) if (a := at(arch, vary, x + step * d)) is not None), None)
+        assert other is not None and abs(measure(other, field) - target) >= miss, (vary, x, step)
+
+
+def size(arch, vary) -> int:
+    return {"ffn_hidden": arch.layers[0].ffn.hidden_size, "width": arch.model.width,
+            "num_layers": arch.L}[vary]
+
+
+def at(matched, vary, x):
+    """The matched spec with its free size set to ``x`` (None when that is invalid)."""
+    if vary == "ffn_hidden":
+        return matched.model_copy(update={"layers": tuple(
+            l.model_copy(update={"ffn": l.ffn.model_copy(update={"hidden_size": x})}) for l in matched.layers)})
+    src = source("mixerloop_15m")
+    hidden = {"swiglu": {"hidden_size": matched.layers[0].ffn.hidden_size}}
+    model = src.model.model_copy(update={"defaults": {**src.model.defaults, **hidden}})
+    src = src.model_copy(update={"model": model})
+    if vary == "width":
+        src = src.model_copy(update={"model": src.model.model_copy(update={"width": x})})
+    else:
+        src = src.model_copy(update={"num_layers": x})
+    try:
+        return resolve(src)
+    except SpecError:
+        return None
 
 
 def test_ffn_hidden_is_the_closest_size():
