@@ -46,7 +46,7 @@ def test_state_tracking_curriculum_evaluated_with_more_steps():
                                   curriculum=curriculum, eval_every=2,
                                   extrapolate=({"n": 8}, {"n": 16})))
     assert result.curriculum["n_max"] == 0  # stuck at the first stage, m = 2
-    assert [p.seq_len for p in result.extrapolation] == [3 + 4 + 8 * 5, 3 + 4 + 16 * 5]
+    assert [p.seq_len for p in result.extrapolation] == [3 + 4 + 8 * 4, 3 + 4 + 16 * 4]
     assert {"acc", "last_acc", "seq_acc"} <= set(result.extrapolation[0].metrics)
     assert result.quality_metric == "n_max" and result.curriculum["metric"] == "last_acc"
 

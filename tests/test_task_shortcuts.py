@@ -28,6 +28,9 @@ STAGES = (2, 4, 8, 16, 32, 64, 128, 256)
 THRESHOLD = 0.90
 
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small ops: no thread contention
+
+
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -42,14 +45,16 @@ class Parsed:
 
 
 def parse_current(task: StateTracking, inputs: torch.Tensor, labels: torch.Tensor) -> Parsed:
-    """Parse the current task's tokens: ``[x π(x)]*m ASK`` per step."""
+    """Parse the current task's tokens: ``m/2`` triples ``x y f`` then ``ASK`` per step."""
     B, m, n = inputs.shape[0], task.m, task.n
     table = inputs[:, 1 : 1 + 2 * m].view(B, m, 2)
     bits = torch.zeros(B, m, dtype=torch.long).scatter(1, table[..., 0], table[..., 1] - task.bit0_id)
     start = inputs[:, 2 + 2 * m]
-    steps = inputs[:, 3 + 2 * m :].view(B, n, 2 * m + 1)[..., : 2 * m].reshape(B, n, m, 2)
-    perms = torch.zeros(B, n, m, dtype=torch.long).scatter(2, steps[..., 0], steps[..., 1])
-    answers = labels[labels != IGNORE_INDEX].view(B, n) - task.bit0_id
+    steps = inputs[:, 3 + 2 * m :].view(B, n, task.step_len)[..., :-1].reshape(B, n, m // 2, 3)
+    x, y, swap = steps[..., 0], steps[..., 1], steps[..., 2] == task.bit1_id
+    perms = torch.zeros(B, n, m, dtype=torch.long)
+    perms.scatter_(2, x, torch.where(swap, y, x)).scatter_(2, y, torch.where(swap, x, y))
+    answers = labels[labels >= task.bit0_id].view(B, n) - task.bit0_id
     return Parsed(bits, start, perms, torch.ones(B, n, m), answers)
 
 
@@ -191,19 +196,23 @@ def test_start_address_and_stopping_early_score_chance_on_the_last_answer(m):
 
 def test_step_tokens_carry_no_pointer_information():
     """Checks the constant likelihood on the token stream: before a step, the pointer is
-    uniform over the step's slots, and the step moves it at rate 1 - 1/m."""
+    equally likely to sit in any address slot of the step, and after it, it has moved to
+    a uniform address (it stays put at rate 1/m)."""
     m, B = 8, 2048
     task = StateTracking(n=m, m=m, max_m=m)
     inputs, labels = task.batch(B, gen(3))
     data = parse_current(task, inputs, labels)
-    steps = inputs[:, 3 + 2 * m :].view(B, m, 2 * m + 1)[..., : 2 * m]
-    ptr, slot_hits = data.start, torch.zeros(2 * m)
+    steps = inputs[:, 3 + 2 * m :].view(B, m, task.step_len)[..., :-1].reshape(B, m, m // 2, 3)
+    addresses = steps[..., :2].reshape(B, m, m)  # x_1 y_1 x_2 y_2 ...
+    ptr, slot_hits, stays = data.start, torch.zeros(m), 0.0
     for k in range(m):
-        slot_hits += (steps[:, k] == ptr[:, None]).float().sum(0)
-        ptr = data.perms[torch.arange(B), k, ptr]
-    rates = slot_hits / (B * m)
+        slot_hits += (addresses[:, k] == ptr[:, None]).float().sum(0)
+        new = data.perms[torch.arange(B), k, ptr]
+        stays += (new == ptr).float().sum().item()
+        ptr = new
     se = ((1 / m) * (1 - 1 / m) / (B * m)) ** 0.5
-    assert (rates - 1 / m).abs().max() < 4.5 * se
+    assert ((slot_hits / (B * m)) - 1 / m).abs().max() < 4.5 * se
+    assert abs(stays / (B * m) - 1 / m) < 4.5 * se
 
 
 # ---------------------------------------------------------------- the old task fails them

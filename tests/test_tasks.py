@@ -22,12 +22,27 @@ from runners.tasks import (
 )
 
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small ops: no thread contention
+
+
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def apply_step(task: StateTracking, step: list[int], ptr: int) -> int:
+    """One step: ``x y f`` triples, disjoint pairs covering every address, swapped if f."""
+    triples = [step[i : i + 3] for i in range(0, len(step), 3)]
+    assert sorted(t for x, y, _ in triples for t in (x, y)) == list(range(task.m))
+    for x, y, f in triples:
+        assert f in (task.bit0_id, task.bit1_id)
+        if f == task.bit1_id and ptr in (x, y):
+            return y if ptr == x else x
+    return ptr
+
+
 def oracle_state_tracking(task: StateTracking, ids: list[int]) -> list[int]:
-    """Read the table, follow the pointer through every permutation, answer at each ASK."""
+    """Read the table, follow the pointer through every step; label the pointer at each
+    step's last token and its bit at each ASK."""
     assert ids[0] == task.bos_id
     sep = ids.index(task.sep_id)
     table = dict(zip(ids[1:sep:2], ids[2:sep:2]))
@@ -35,12 +50,12 @@ def oracle_state_tracking(task: StateTracking, ids: list[int]) -> list[int]:
     assert sorted(table.values()) == [task.bit0_id] * (task.m // 2) + [task.bit1_id] * (task.m // 2)
     labels = [IGNORE_INDEX] * len(ids)
     ptr = ids[sep + 1]
-    width = 2 * task.m + 1
+    width = task.step_len
     for t in range(sep + 2, len(ids), width):
-        step, ask = ids[t : t + width - 1], ids[t + width - 1]
-        perm = dict(zip(step[0::2], step[1::2]))
-        assert ask == task.ask_id and sorted(perm) == sorted(perm.values()) == list(range(task.m))
-        ptr = perm[ptr]
+        assert ids[t + width - 1] == task.ask_id
+        ptr = apply_step(task, ids[t : t + width - 1], ptr)
+        if task.supervise_pointer:
+            labels[t + width - 2] = ptr
         labels[t + width - 1] = table[ptr]
     return labels
 
@@ -209,18 +224,21 @@ def test_unknown_split_raises(case):
 @pytest.mark.parametrize(
     "name, params",
     [
-        ("state_tracking", dict(n=16, m=16)),
+        ("state_tracking", dict(n=20, m=20)),
         ("mqar", dict(seq_len=512, num_kv_pairs=64)),
         ("s5", dict(seq_len=512)),
     ],
-    ids=["state_tracking-T563", "mqar-T512", "s5-T512"],
+    ids=["state_tracking-T663", "mqar-T512", "s5-T512"],
 )
 def test_generation_is_fast(name, params):
     task = make_task(name, **params)
-    start = time.perf_counter()
-    task.batch(256, gen(0))
     assert task.seq_len >= 512
-    assert time.perf_counter() - start < 1.0
+    times = []
+    for _ in range(3):  # best of three: the box is shared
+        start = time.perf_counter()
+        task.batch(256, gen(0))
+        times.append(time.perf_counter() - start)
+    assert min(times) < 1.0
 
 
 # ---- state tracking specifics
@@ -230,10 +248,9 @@ def walk(task: StateTracking, row: list[int]) -> tuple[dict[int, int], list[int]
     """The table and the pointer's path ``p_0..p_n`` of one sequence."""
     sep = row.index(task.sep_id)
     table = dict(zip(row[1:sep:2], row[2:sep:2]))
-    path, width = [row[sep + 1]], 2 * task.m + 1
+    path, width = [row[sep + 1]], task.step_len
     for t in range(sep + 2, len(row), width):
-        step = row[t : t + width - 1]
-        path.append(dict(zip(step[0::2], step[1::2]))[path[-1]])
+        path.append(apply_step(task, row[t : t + width - 1], path[-1]))
     return table, path
 
 
@@ -261,16 +278,30 @@ def test_state_tracking_m2_is_not_a_fixed_alternation():
 
 def test_state_tracking_layout():
     task = StateTracking(n=5, m=4, max_m=8)
-    assert task.seq_len == 3 + 2 * 4 + 5 * (2 * 4 + 1) and task.vocab_size == 8 + 5
+    assert task.seq_len == 3 + 2 * 4 + 5 * (3 * 4 // 2 + 1) and task.vocab_size == 8 + 5
     inputs, labels = task.batch(3, gen(0))
-    scored = (labels != IGNORE_INDEX).nonzero()[:, 1].view(3, 5)
-    assert (inputs.gather(1, scored) == task.ask_id).all()
+    bits = (labels >= task.bit0_id).nonzero()[:, 1].view(3, 5)
+    assert (inputs.gather(1, bits) == task.ask_id).all()
     assert ((inputs == task.ask_id).sum(-1) == 5).all()
-    assert scored[0, -1] == task.seq_len - 1
+    assert bits[0, -1] == task.seq_len - 1
+    pointers = ((labels != IGNORE_INDEX) & (labels < task.bit0_id)).nonzero()[:, 1].view(3, 5)
+    assert torch.equal(pointers, bits - 1)
+    plain = StateTracking(n=5, m=4, max_m=8, supervise_pointer=False)
+    assert torch.equal(plain.batch(3, gen(0))[0], inputs)  # the same inputs either way
+    assert ((plain.batch(3, gen(0))[1] != IGNORE_INDEX).sum(-1) == 5).all()
+
+
+def test_pointer_labels_are_scored_apart():
+    task = StateTracking(n=6, m=4, max_m=8)
+    inputs, labels = task.batch(16, gen(3))
+    truth = torch.tensor([oracle_state_tracking(task, row) for row in inputs.tolist()])
+    wrong_ptr = truth.masked_fill((truth >= 0) & (truth < task.bit0_id), task.ask_id)
+    scores = task.metrics(one_hot_logits(wrong_ptr, task.vocab_size), labels)
+    assert scores["acc"] == scores["last_acc"] == 1.0 and scores["ptr_acc"] == 0.0
 
 
 def test_last_answer_accuracy_scores_only_the_final_answer():
-    task = StateTracking(n=10, m=4, max_m=8)
+    task = StateTracking(n=10, m=4, max_m=8, supervise_pointer=False)
     inputs, labels = task.batch(32, gen(6))
     truth = torch.tensor([oracle_state_tracking(task, row) for row in inputs.tolist()])
     stop = truth.clone()
