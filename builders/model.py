@@ -16,7 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas.placement import ratio_counts
-from nas.plan import Loop, Node, Step, check_loops, max_loops, plan, total_applications
+from nas.plan import (
+    Loop, Node, Step, check_loops, iteration_overrides, max_loops, plan, total_applications,
+)
 from nas.spec import ArchSpec, MoESpec, NoFFNSpec, NormSpec, ParallelSpec, SwitchSpec
 
 from . import ops_registry  # noqa: F401  (registers every op builder)
@@ -140,15 +142,7 @@ class LoopLM(nn.Module):
         return self._plans[loops]
 
     def _overrides(self, layer: int, run: _Run) -> dict:
-        out: dict = {}
-        for r_idx, t in run.iters.items():
-            for o in self.arch.loops[r_idx].schedule:
-                if o.layer == layer and o.iteration == t:
-                    if o.window is not None:
-                        out["window"] = o.window  # "full" lifts the layer's own window
-                    if o.topk is not None:
-                        out["topk"] = o.topk
-        return out
+        return iteration_overrides(self.arch, layer, run.iters.items())  # outermost first
 
     def _collect_aux(self, mod: nn.Module, spec, option: int, aux: list[torch.Tensor]) -> None:
         """After a mixer ran: the auxiliary loss (DSA's indexer distillation) of every leaf

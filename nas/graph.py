@@ -22,9 +22,10 @@ from collections import Counter, defaultdict
 import networkx as nx
 
 from .errors import Problem
-from .plan import Loop, Node, Step, applications, plan
+from .plan import Loop, Node, Step, applications, iteration_overrides, plan
 from .spec import (
     ArchSpec, AttnSpec, DSASpec, LoopRegion, MoESpec, NSASpec, OpAddr, ParallelSpec, SwitchSpec,
+    sub_mixers,
 )
 
 LoopPath = tuple[tuple[int, int], ...]
@@ -68,9 +69,8 @@ def describe(op) -> str:
 
 
 def _branches(op) -> tuple[str, ...]:
-    if isinstance(op, (ParallelSpec, SwitchSpec)):
-        return tuple(variant(b) for b in (op.branches if isinstance(op, ParallelSpec) else op.options))
-    return ()
+    sub = sub_mixers(op)
+    return tuple(variant(b) for b in sub[1]) if sub is not None else ()
 
 
 def _shared_gates(arch: ArchSpec) -> int:
@@ -217,14 +217,7 @@ class _Unroller:
         return nid
 
     def overrides(self, addr: OpAddr, path: LoopPath) -> dict:
-        out: dict = {}
-        if addr.op != "mixer":
-            return out
-        for r_idx, t in path:
-            for o in self.arch.loops[r_idx].schedule:
-                if o.layer == addr.layer and o.iteration == t:
-                    out.update({k: v for k, v in (("window", o.window), ("topk", o.topk)) if v is not None})
-        return out
+        return iteration_overrides(self.arch, addr.layer, path) if addr.op == "mixer" else {}
 
     def step(self, addr: OpAddr, path: LoopPath, cur: str) -> str:
         op = getattr(self.arch.layers[addr.layer], addr.op)

@@ -15,7 +15,7 @@ from .placement import placement, ratio_counts
 from .spec import (
     FFN_KINDS, MAX_APPLICATIONS, MIXER_KINDS, ArchSpec, AttnSpec, DSASpec, FFNSpec, HybridSpec, IterOverride,
     LayerSpec, LoopRegion, LoopSugar, Mamba2Spec, MixerSpec, ModelSpec, MoESpec,
-    NSASpec, OpAddr, ParallelSpec, Spec, SwiGLUSpec, SwitchSpec,
+    NSASpec, OpAddr, Spec, SwiGLUSpec, SwitchSpec, sub_mixers,
 )
 
 _MIXER = TypeAdapter(MixerSpec)
@@ -37,10 +37,10 @@ def _with_defaults(op: Spec, defaults: dict, path: str) -> Spec:
     Each defaults entry is checked on its own first (:func:`_defaults_problems`), so a
     failure here comes from combining the two, and is reported at the layer."""
     explicit = op.model_dump(exclude_unset=True)
-    if isinstance(op, (ParallelSpec, SwitchSpec)):
-        field = "branches" if isinstance(op, ParallelSpec) else "options"
+    if (sub := sub_mixers(op)) is not None:
+        field, children = sub
         explicit[field] = tuple(_with_defaults(b, defaults, f"{path}.{field}[{i}]")
-                                for i, b in enumerate(getattr(op, field)))
+                                for i, b in enumerate(children))
     base = defaults.get(op.kind, {})
     try:
         return type(op).model_validate({**base, **explicit, "kind": op.kind})
@@ -52,9 +52,9 @@ def _with_defaults(op: Spec, defaults: dict, path: str) -> Spec:
 
 def _sized(op: Spec, width: int, path: str) -> Spec:
     """Fill sizes that default to a function of the width."""
-    if isinstance(op, (ParallelSpec, SwitchSpec)):
-        field = "branches" if isinstance(op, ParallelSpec) else "options"
-        subs = tuple(_sized(b, width, f"{path}.{field}[{i}]") for i, b in enumerate(getattr(op, field)))
+    if (sub := sub_mixers(op)) is not None:
+        field, children = sub
+        subs = tuple(_sized(b, width, f"{path}.{field}[{i}]") for i, b in enumerate(children))
         return op.model_copy(update={field: subs})
     if isinstance(op, (AttnSpec, DSASpec)) and op.head_dim is None:
         if width % op.num_heads:

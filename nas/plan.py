@@ -78,6 +78,19 @@ def unroll(nodes: tuple[Node, ...], path: tuple[tuple[int, int], ...] = ()
                 yield from unroll(n.body, path + ((n.index, t),))
 
 
+def iteration_overrides(arch: ArchSpec, layer: int, path) -> dict:
+    """The loop-level schedule one application of ``layer``'s mixer runs with, given its
+    loop path ``((region index, iteration), ...)`` outermost first: each region's entry for
+    (iteration, layer), inner regions winning. ``window`` (``"full"`` lifts the layer's own
+    window) and ``topk``. The executor, the graph and the cost model all read this."""
+    out: dict = {}
+    for r_idx, t in path:
+        for o in arch.loops[r_idx].schedule:
+            if o.layer == layer and o.iteration == t:
+                out.update({k: v for k, v in (("window", o.window), ("topk", o.topk)) if v is not None})
+    return out
+
+
 def max_loops(arch: ArchSpec) -> int:
     """Largest loop count any region can run: its T or an elastic train/eval count.
     Sizes per-loop parameters (ρ, conditioning tables)."""
@@ -169,6 +182,6 @@ def applications(arch: ArchSpec, loops: int | None = None) -> dict[OpAddr, int]:
             for f, c in enumerate(flat_counts(arch, loops))}
 
 
-__all__ = ["Step", "Loop", "Node", "plan", "unroll", "max_loops", "applications", "flat_counts",
+__all__ = ["Step", "Loop", "Node", "plan", "unroll", "max_loops", "iteration_overrides", "applications", "flat_counts",
            "per_loop_rows", "loop_count_problem", "check_loops",
            "total_applications", "run_counts", "application_cap_problem", "outer_first"]

@@ -198,6 +198,16 @@ class SwitchSpec(Spec):
     options: tuple[BaseMixer, ...] = Field(min_length=2)
 
 
+def sub_mixers(op) -> tuple[str, tuple] | None:
+    """``(field, children)`` of a composite mixer (a parallel's ``branches``, a switch's
+    ``options``); None for any other op. The one place that knows both shapes."""
+    if isinstance(op, ParallelSpec):
+        return "branches", op.branches
+    if isinstance(op, SwitchSpec):
+        return "options", op.options
+    return None
+
+
 MixerSpec = Annotated[
     Union[GDNSpec, DeltaNetSpec, KDASpec, Mamba2Spec, AttnSpec, DSASpec, NSASpec,
           ParallelSpec, SwitchSpec],

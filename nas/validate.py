@@ -11,7 +11,7 @@ from .errors import Problem
 from .plan import application_cap_problem
 from .spec import (
     ArchSpec, AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, LoopRegion, Mamba2Spec,
-    MoESpec, NSASpec, ParallelSpec, SwitchSpec,
+    MoESpec, NSASpec, SwitchSpec, sub_mixers,
 )
 
 
@@ -39,10 +39,9 @@ def _is_int(path: str, x: float, what: str) -> list[Problem]:
 
 def mixer_problems(m, width: int, path: str) -> list[Problem]:
     """Size consistency of one mixer."""
-    if isinstance(m, (ParallelSpec, SwitchSpec)):
-        field = "branches" if isinstance(m, ParallelSpec) else "options"
-        return [p for i, b in enumerate(getattr(m, field))
-                for p in mixer_problems(b, width, f"{path}.{field}[{i}]")]
+    if (sub := sub_mixers(m)) is not None:
+        field, children = sub
+        return [p for i, b in enumerate(children) for p in mixer_problems(b, width, f"{path}.{field}[{i}]")]
     out: list[Problem] = []
     if isinstance(m, (GDNSpec, KDASpec)):
         out += _is_int(f"{path}.expand_v", _product(m.head_dim, m.expand_v), "head_dim * expand_v")

@@ -8,7 +8,7 @@ import math
 from typing import NamedTuple
 
 from ..placement import ratio_counts
-from ..plan import flat_counts
+from ..plan import flat_counts, iteration_overrides
 from ..spec import ArchSpec, AttnSpec, DSASpec, NSASpec, Spec, SwitchSpec
 
 # ops as run (schedule overrides here, per-op profiles in .sheet, which clears it at 2**16)
@@ -82,24 +82,16 @@ def mixer_settings(arch: ArchSpec, layer: int, c: Counts) -> list[tuple[int, Spe
     does). Each iteration combination of the scheduling regions covers an equal share of
     the applications; iterations beyond a schedule (elastic k > T) run the mixer as is."""
     mixer, apps = arch.layers[layer].mixer, c.apps[2 * layer]
-    regs = []
-    for r, t in zip(arch.loops, c.T):
-        own = {o.iteration: o for o in r.schedule if o.layer == layer}
-        if own and r.start.flat <= 2 * layer <= r.end.flat:
-            regs.append((r.start.flat - r.end.flat, t, own))
+    regs = sorted((r.start.flat - r.end.flat, j, t) for j, (r, t) in enumerate(zip(arch.loops, c.T))
+                  if r.start.flat <= 2 * layer <= r.end.flat and any(o.layer == layer for o in r.schedule))
     if not regs:
         return [(apps, mixer)]
-    regs.sort(key=lambda x: x[0])
-    share = apps // math.prod(t for _, t, _ in regs)
+    share = apps // math.prod(t for _, _, t in regs)
     runs: dict[tuple, int] = {}
-    for combo in itertools.product(*(range(t) for _, t, _ in regs)):
-        window = topk = None
-        for (_, _, own), it in zip(regs, combo):
-            o = own.get(it)
-            if o is not None:
-                window = o.window if o.window is not None else window
-                topk = o.topk if o.topk is not None else topk
-        runs[window, topk] = runs.get((window, topk), 0) + share
+    for combo in itertools.product(*(range(t) for _, _, t in regs)):
+        o = iteration_overrides(arch, layer, [(j, it) for (_, j, _), it in zip(regs, combo)])
+        key = o.get("window"), o.get("topk")
+        runs[key] = runs.get(key, 0) + share
     return [(k, with_override(mixer, w, tk)) for (w, tk), k in runs.items()]
 
 
