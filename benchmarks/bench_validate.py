@@ -12,6 +12,7 @@ under 1 s and 200 MB; a 4096-layer MixerLoop in under 1 s.
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 import tracemalloc
 
@@ -90,6 +91,8 @@ def main() -> None:
         else:
             line += f" {'-':>7}  {err}"
         print(line, flush=True)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    print(f"peak RSS of this process (imports and all cases): {rss:.0f} MB")
 
 
 if __name__ == "__main__":
