@@ -1,0 +1,110 @@
+"""Load a trained proxy and write its loop diagnostics: ``summary.json`` and PNG plots."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nas.plan import max_loops
+from nas.spec import ArchSpec
+
+from .measures import Evaluator, interventions, traces, transport, truncation
+
+CHECKPOINT, RESULT = "checkpoint.pt", "result.json"
+
+
+@dataclass
+class Loaded:
+    model: Any
+    arch: ArchSpec
+    task: Any
+    config: Any
+    quality_metric: str
+
+
+def load_run(path: str | Path, spec: str | Path | None = None, task: str | None = None,
+             task_params: dict | None = None) -> Loaded:
+    """A trainer output dir or sweep trial dir (``checkpoint.pt`` + ``result.json``), or a
+    checkpoint file. The arch: ``spec`` if given, else result.json's, else the checkpoint's;
+    the vocabulary always follows the saved embedding. The task: ``task`` (with
+    ``task_params``) if given, else the one the run trained on."""
+    from nas.load import load_arch, resolve
+    from runners.tasks import make_task
+    from runners.train import TrainConfig, TrainResult, with_vocab
+    from builders import build_model
+
+    path = Path(path)
+    ckpt_path = path / CHECKPOINT if path.is_dir() else path
+    if not ckpt_path.is_file():
+        raise FileNotFoundError(f"{path}: no {CHECKPOINT} (train with --out DIR to write one)")
+    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    state = ckpt.get("model", ckpt)
+    result_path = ckpt_path.parent / RESULT
+    result = TrainResult.model_validate_json(result_path.read_text()) if result_path.is_file() else None
+    if spec is not None:
+        arch = load_arch(spec)
+    elif result is not None:
+        arch = result.arch
+    elif "arch" in ckpt:
+        arch = ArchSpec.model_validate(ckpt["arch"])
+    else:
+        raise ValueError(f"{ckpt_path}: no result.json or saved spec next to it; give --spec")
+    arch = with_vocab(arch if arch.is_canonical else resolve(arch), state["embed.weight"].shape[0])
+    config = TrainConfig.model_validate(ckpt["config"]) if "config" in ckpt else None
+    if task is None and config is None:
+        raise ValueError(f"{ckpt_path}: no saved trainer config; give --task or --data")
+    name = task or config.task
+    params = task_params if task is not None else dict(config.task_params)
+    model = build_model(arch, backend="torch")
+    model.load_state_dict(state)
+    model.eval()
+    the_task = make_task(name, **params)
+    metric = (result.quality_metric if result is not None and task is None and result.quality_metric != "n_max"
+              else getattr(the_task, "quality_metric", "acc"))
+    return Loaded(model, arch, the_task, config, metric)
+
+
+def _batches(loaded: Loaded, n: int, batch_size: int, seed: int) -> list:
+    g = torch.Generator().manual_seed(seed)
+    return [loaded.task.batch(batch_size, g, split="eval") for _ in range(n)]
+
+
+def diagnose(loaded: Loaded, out_dir: str | Path, batches: int = 2, batch_size: int = 32,
+             seed: int = 0, jac_len: int = 8, probes: int | None = None) -> dict:
+    """Every diagnostic of :mod:`runners.diagnose.measures` on ``loaded``; writes
+    ``summary.json`` and the plots into ``out_dir`` and returns the summary."""
+    from .plots import write_plots
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    data = _batches(loaded, batches, batch_size, seed)
+    model, arch = loaded.model, loaded.arch
+    ev = Evaluator(model, data, loaded.task, loaded.quality_metric, seed)
+    _, intact = ev.run()
+    has_gate = any(getattr(m, "output_gate", False) for m in model.modules())
+    jac_ids = data[0][0][:1, :jac_len]
+    summary = {
+        "arch": arch.name, "task": loaded.task.name, "quality_metric": loaded.quality_metric,
+        "loops": [{"start": r.start.model_dump(), "end": r.end.model_dump(), "T": r.T,
+                   "update": r.update.kind} for r in arch.loops],
+        "elastic_eval": list(arch.elastic.eval) if arch.elastic is not None else None,
+        "data": {"batches": batches, "batch_size": batch_size, "seed": seed,
+                 "seq_len": int(data[0][0].shape[1]), "jacobian_len": int(jac_ids.shape[1]),
+                 "probes": probes},
+        "intact": intact,
+        "interventions": interventions(ev),
+        "truncation": truncation(ev, max_loops(arch)) if arch.loops else [],
+        "transport": transport(model, jac_ids, probes=probes)[1],
+        "traces": traces(model, data),
+        "traces_gate_off": traces(model, data, gate_off=True) if has_gate else None,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    summary["plots"] = write_plots(summary, out)
+    return summary
+
+
+__all__ = ["Loaded", "diagnose", "load_run"]
