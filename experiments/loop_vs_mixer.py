@@ -7,17 +7,23 @@ Five models, width 64, 2 layers, T = 4, every one at the same number of unique p
 
 Loops use the MixerLoop/LT2 residual gate (one zero-initialised ρ[T, d] shared by all
 regions). Each model trains on the state-tracking + recall curriculum (n = m, promote at
-0.90 eval accuracy, a fixed step budget per stage); the headline is ``n_max``, the largest
-n solved, with the best eval accuracy reached at every stage. One seed, CPU, one thread.
+0.90 eval accuracy on the *last* answer, a fixed step budget per stage); the headline is
+``n_max``, the largest n solved, with the eval accuracies at the stage the run ended on
+and at longer sequences (more steps n at the same m: length extrapolation). CPU, one
+thread per process; one JSON line per (model, seed) run, then ``--aggregate`` writes the
+mean ± standard error over seeds.
 
-    python experiments/loop_vs_mixer.py                    # writes experiments/results/
-    python experiments/loop_vs_mixer.py --stage-steps 50   # a quick smoke run
-    python experiments/loop_vs_mixer.py --stage-steps 1500 --models gdn_noloop,gdn_fullloop --tag long
+    python experiments/loop_vs_mixer.py --seeds 0,1,2 --models gdn_noloop,gdn_fullloop
+    python experiments/loop_vs_mixer.py --seeds 0,1,2 --models gdn_mixerloop,attn_noloop,attn_fullloop
+    python experiments/loop_vs_mixer.py --aggregate          # results/loop_vs_mixer.{md,csv}
+    python experiments/loop_vs_mixer.py --stage-steps 20 --seeds 0 --tag smoke
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
+import math
 import time
 from pathlib import Path
 
@@ -39,6 +45,7 @@ LOOPS = {
     "fullloop": {"boundary": "block", "T": T, "update": {"kind": "residual_gate", "shared": True}},
 }
 MODELS = [("gdn", "noloop"), ("gdn", "mixerloop"), ("gdn", "fullloop"), ("attn", "noloop"), ("attn", "fullloop")]
+METRICS = ("last_acc", "acc", "ptr_acc")
 
 
 def source(mixer: str, loop: str, vocab: int, ffn: int = REF_FFN, target: float | None = None,
@@ -59,55 +66,109 @@ def matched_archs(vocab: int, loops: int = T, names: set[str] | None = None) -> 
             for m, l in MODELS if names is None or f"{m}_{l}" in names}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stages", default="2,4,8,16", help="curriculum stages n = m")
-    parser.add_argument("--stage-steps", type=int, default=500)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--loops", type=int, default=T, help="T of the looped models")
-    parser.add_argument("--models", default=None, help="comma-separated subset, e.g. gdn_noloop,attn_fullloop")
-    parser.add_argument("--tag", default="", help="suffix of the result files")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
-    args = parser.parse_args()
+def run(args) -> None:
     torch.set_num_threads(1)
     stages = tuple(int(s) for s in args.stages.split(","))
     vocab = Curriculum(stages).task().vocab_size
-    config = TrainConfig(task="state_tracking", curriculum=CurriculumConfig(stages=stages, stage_steps=args.stage_steps),
-                         batch_size=args.batch_size, lr=args.lr, min_lr=args.lr / 10, warmup_steps=10,
-                         eval_every=25, eval_batches=4, seed=args.seed, progress=False)
-    rows = []
+    longer = tuple({"n": int(n)} for n in args.extrapolate.split(",")) if args.extrapolate else ()
     names = set(args.models.split(",")) if args.models else None
-    for name, arch in matched_archs(vocab, args.loops, names).items():
-        start = time.perf_counter()
-        result = train(arch, config)
-        row = {"model": name, "unique_params": unique_params(arch),
-               "ffn_hidden": arch.layers[0].ffn.hidden_size,
-               "proj_flops_per_token": int(projection_flops(arch).total),
-               "n_max": result.curriculum["n_max"], "steps": result.steps,
-               **{f"acc@{n}": (f"{result.curriculum['stage_acc'][n]:.3f}"
-                              if n in result.curriculum["stage_acc"] else "-") for n in stages},
-               "wall_s": round(time.perf_counter() - start, 1)}
-        rows.append(row)
-        print(", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
-    write(rows, args, stages)
-
-
-def write(rows: list[dict], args, stages: tuple[int, ...]) -> None:
+    runs = args.out / f"{stem(args)}_runs.jsonl"
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "loop_vs_mixer" + (f"_{args.tag}" if args.tag else "")
-    with open(args.out / f"{stem}.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    for seed in (int(s) for s in args.seeds.split(",")):
+        config = TrainConfig(task="state_tracking",
+                             curriculum=CurriculumConfig(stages=stages, stage_steps=args.stage_steps),
+                             batch_size=args.batch_size, lr=args.lr, min_lr=args.lr / 10, warmup_steps=10,
+                             eval_every=args.eval_every, eval_batches=args.eval_batches, seed=seed,
+                             extrapolate=longer, progress=False)
+        for name, arch in matched_archs(vocab, args.loops, names).items():
+            start = time.perf_counter()
+            result = train(arch, config)
+            row = {"model": name, "seed": seed, "T": args.loops, "stages": list(stages),
+                   "stage_steps": args.stage_steps, "unique_params": unique_params(arch),
+                   "ffn_hidden": arch.layers[0].ffn.hidden_size,
+                   "proj_flops_per_token": int(projection_flops(arch).total),
+                   "n_max": result.curriculum["n_max"], "steps": result.steps,
+                   "stage_last_acc": result.curriculum["stage_acc"],
+                   "solved_at": {int(e.metrics["n"]): e.step for e in result.evals
+                                 if e.metrics["last_acc"] >= config.curriculum.threshold},
+                   "end_m": int(result.final.get("n", 0)), "final": result.final,
+                   "extrapolation": [{"n": p.params["n"], **p.metrics} for p in result.extrapolation],
+                   "wall_s": round(time.perf_counter() - start, 1)}
+            with open(runs, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(json.dumps(row), flush=True)
+
+
+def mean_se(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return f"{mean:.3f}"
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return f"{mean:.3f} ± {sd / math.sqrt(len(values)):.3f}"
+
+
+def aggregate(args) -> None:
+    rows = [json.loads(line) for line in (args.out / f"{stem(args)}_runs.jsonl").read_text().splitlines()]
+    order = [f"{m}_{l}" for m, l in MODELS]
+    table = []
+    for name in sorted({r["model"] for r in rows}, key=order.index):
+        runs = [r for r in rows if r["model"] == name]
+        hardest = max(int(m) for r in runs for m in r["stage_last_acc"])
+        line = {"model": name, "seeds": ",".join(str(r["seed"]) for r in runs),
+                "unique_params": runs[0]["unique_params"], "proj_flops_per_token": runs[0]["proj_flops_per_token"],
+                "n_max": mean_se([r["n_max"] for r in runs])}
+        for m in sorted({int(m) for r in runs for m in r["stage_last_acc"]}):
+            line[f"best last_acc@{m}"] = mean_se([r["stage_last_acc"][str(m)] for r in runs
+                                             if str(m) in r["stage_last_acc"]])
+        for m in sorted({int(m) for r in runs for m in r["solved_at"]}):
+            steps = [r["solved_at"][str(m)] for r in runs if str(m) in r["solved_at"]]
+            line[f"solved {m}: runs, step"] = f"{len(steps)}/{len(runs)}, {mean_se(steps)}"
+        at_end = [r for r in runs if r["end_m"] == hardest]
+        line["hardest m (runs ending there)"] = f"{hardest} ({len(at_end)}/{len(runs)})"
+        for key in METRICS:  # the final evaluation of the runs that ended on the hardest stage
+            line[f"end {key}"] = mean_se([r["final"][key] for r in at_end if key in r["final"]])
+        for n in sorted({p["n"] for r in at_end for p in r["extrapolation"]}):
+            line[f"end last_acc, n={n}"] = mean_se([p["last_acc"] for r in at_end
+                                                    for p in r["extrapolation"] if p["n"] == n])
+        line["wall_s"] = round(sum(r["wall_s"] for r in runs), 1)
+        table.append(line)
+    head = list(dict.fromkeys(k for line in table for k in line))
+    with open(args.out / f"{stem(args)}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=head, restval="-")
         writer.writeheader()
-        writer.writerows(rows)
-    head = list(rows[0])
-    lines = [f"# {stem}: state tracking + recall curriculum (stages {list(stages)}, "
-             f"{args.stage_steps} steps per stage, T={args.loops}, batch {args.batch_size}, lr {args.lr}, "
-             f"seed {args.seed})", "",
+        writer.writerows(table)
+    r0 = rows[0]
+    lines = [f"# {stem(args)}: state tracking + recall curriculum (stages {r0['stages']}, "
+             f"{r0['stage_steps']} steps per stage, T={r0['T']}), mean ± s.e. over seeds", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(str(r[k]) for k in head) + " |" for r in rows]
-    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    lines += ["| " + " | ".join(str(line.get(k, "-")) for k in head) + " |" for line in table]
+    (args.out / f"{stem(args)}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def stem(args) -> str:
+    return "loop_vs_mixer" + (f"_{args.tag}" if args.tag else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stages", default="2,4", help="curriculum stages n = m")
+    parser.add_argument("--stage-steps", type=int, default=400)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--eval-every", type=int, default=50)
+    parser.add_argument("--eval-batches", type=int, default=8)
+    parser.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
+    parser.add_argument("--loops", type=int, default=T, help="T of the looped models")
+    parser.add_argument("--models", default=None, help="comma-separated subset, e.g. gdn_noloop,attn_fullloop")
+    parser.add_argument("--extrapolate", default="8,16", help="longer n evaluated at the end ('' for none)")
+    parser.add_argument("--tag", default="", help="suffix of the result files")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--aggregate", action="store_true", help="summarise the runs file; no training")
+    args = parser.parse_args()
+    aggregate(args) if args.aggregate else run(args)
 
 
 if __name__ == "__main__":
