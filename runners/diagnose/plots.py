@@ -69,7 +69,7 @@ def transport(summary: dict, path: Path) -> None:
     ax1.set_ylabel("effective rank")
     ax1.legend(fontsize=7)
     ax2.bar(x, [r["new"] for r in rows])
-    ax2.set_ylabel("‖ΔC‖ / ‖C‖ (new influence)")
+    ax2.set_ylabel("new: ‖ΔC‖/‖C‖")
     for ax in (ax1, ax2):
         _mixer_axis(ax, rows)
     top.suptitle(f"{summary['arch']}: cross-position influence C[t,s] = ‖∂h_t/∂x_s‖ (off-diagonal)",
@@ -82,10 +82,11 @@ def transport(summary: dict, path: Path) -> None:
             ax.set_xticks([])
             ax.set_yticks([])
             if j < len(mine):
-                ax.imshow(np.array(mine[j]["C"]), vmin=0, vmax=vmax, cmap="viridis")
+                im = ax.imshow(np.array(mine[j]["C"]), vmin=0, vmax=vmax, cmap="viridis")
                 ax.set_title(mine[j]["label"], fontsize=8)
             else:
                 ax.axis("off")
+    bottom.colorbar(im, ax=axes, shrink=0.8, label="C[t, s] (row t: output, col s: input)")
     fig.savefig(path, dpi=120)
 
 

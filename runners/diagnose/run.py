@@ -103,8 +103,46 @@ def diagnose(loaded: Loaded, out_dir: str | Path, batches: int = 2, batch_size: 
         "traces_gate_off": traces(model, data, gate_off=True) if has_gate else None,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.md").write_text(markdown(summary))
     summary["plots"] = write_plots(summary, out)
     return summary
 
 
-__all__ = ["Loaded", "diagnose", "load_run"]
+def _table(head: list[str], rows: list[list]) -> list[str]:
+    fmt = [lambda v: "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))]
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *("| " + " | ".join(fmt[0](v) for v in r) + " |" for r in rows)]
+
+
+def markdown(s: dict) -> str:
+    """The summary's tables (traces reduced to one row per loop iteration boundary)."""
+    q = s["quality_metric"]
+    lines = [f"### {s['arch']} on {s['task']}", "",
+             "intact: " + ", ".join(f"{k} {v:.4g}" for k, v in s["intact"].items()), "",
+             "context-closed intervention per mixer application:", ""]
+    lines += _table(["application", "KL(intact‖closed)", "Δloss", f"Δ{q}"],
+                    [[r["label"], r["kl"], r["d_loss"], r["d_quality"]] for r in s["interventions"]])
+    if s["truncation"]:
+        lines += ["", "loop truncation (every region at k loops)"
+                  + (" — elastic checkpoint" if s["elastic_eval"] else "") + ":", ""]
+        lines += _table(["k", "loss", q, "KL(p_k+1‖p_k)", "Δloss k→k+1"],
+                        [[r["k"], r["loss"], r["quality"], r.get("kl_next"), r.get("d_loss_next")]
+                         for r in s["truncation"]])
+    lines += ["", f"cross-position influence after each mixer application (one sequence, "
+              f"T = {s['data']['jacobian_len']}):", ""]
+    lines += _table(["application", "erank(C)", "cross frac", "new ‖ΔC‖/‖C‖", "erank(ΔC)"],
+                    [[r["label"], r["erank"], r["cross_frac"], r["new"], r["new_erank"]]
+                     for r in s["transport"]])
+    tr, off = s["traces"], s.get("traces_gate_off")
+    lines += ["", "traces (residual stream entering each application; final = before the last norm):", ""]
+    attn = any(r["first_token_mass"] is not None for r in tr)
+    keys = ["rms", "max_abs"] + (["first_token_mass"] if attn else [])
+    names = ["RMS", "max abs h"] + (["first-token mass"] if attn else [])
+    head = ["point", *names] + ([f"{n} (gate off)" for n in names] if off else [])
+    rows = [[r["label"], *(r[k] for k in keys)] + ([off[i][k] for k in keys] if off else [])
+            for i, r in enumerate(tr)]
+    lines += _table(head, rows)
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["Loaded", "diagnose", "load_run", "markdown"]
