@@ -209,3 +209,10 @@ def test_cli_end_to_end(tmp_path):
         assert (out / name).stat().st_size > 1000
     assert main(["diagnose", str(tmp_path / "nothing"), "--out", str(out)]) == 2
     assert main(["diagnose", str(tmp_path / "run"), "--set", "lr=1", "--out", str(out)]) == 2
+
+
+def test_first_token_mass_follows_the_loop_schedule_window(tmp_path):
+    loop = "{boundary: mixer, T: 2, windows: [full, 1], update: {kind: residual_gate, shared: true}}"
+    rows = traces(make(tmp_path, mixer="attn", loop=loop), batches())
+    mass = {r["label"]: r["first_token_mass"] for r in rows}
+    assert mass["L0.mixer@τ1"] > 0.05 and mass["L0.mixer@τ2"] == 0.0

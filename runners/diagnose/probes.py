@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from builders.layers.attention import Attention, DeepSeekSparseAttention, resolve_window
 from nas.plan import unroll
 
 
@@ -114,7 +115,6 @@ class Streams:
 
 
 def _attention_leaves(model) -> list[tuple[int, nn.Module]]:
-    from builders.layers.attention import Attention, DeepSeekSparseAttention
 
     return [(i, m) for i, block in enumerate(model.layers) for m in block.mixer.modules()
             if isinstance(m, Attention) and not isinstance(m, DeepSeekSparseAttention)]
@@ -136,8 +136,8 @@ def capture(model, attention: bool = False, gate_off: bool = False, leaf: list |
     """Record the residual stream at every application (:class:`Streams`).
 
     ``attention``: also record softmax attention probabilities, recomputed from each plain
-    ``attn`` leaf's own q/k (its ``project``); window overrides of loop schedules are not
-    applied to the recomputation. ``gate_off``: bypass every SDPA output gate (o·1 instead of
+    ``attn`` leaf's own q/k (its ``project``) under the window of that call (the layer's
+    own, or a loop schedule's override). ``gate_off``: bypass every SDPA output gate (o·1 instead of
     o·σ(g)), an ablation of the trained gate. ``leaf``: if a list, the embedding output is
     replaced by a leaf tensor requiring grad, appended to it (for Jacobians).
     """
@@ -165,11 +165,17 @@ def capture(model, attention: bool = False, gate_off: bool = False, leaf: list |
         handles.append(model.embed.register_forward_hook(as_leaf))
     for _layer, mod in _attention_leaves(model) if (attention or gate_off) else []:
         if attention:
-            def project(x, _orig=mod.project, _mod=mod):
+            window: dict = {}
+
+            def remember(_mod, _args, kwargs, _window=window):
+                _window["w"] = resolve_window(_mod.window_size, kwargs.get("window"))
+
+            def project(x, _orig=mod.project, _window=window):
                 q, k, v = _orig(x)
-                probs = attention_probs(q.detach(), k.detach(), _mod.window_size)
+                probs = attention_probs(q.detach(), k.detach(), _window.get("w"))
                 rec.attn.setdefault(len(rec.points) - 1, []).append(probs)
                 return q, k, v
+            handles.append(mod.register_forward_pre_hook(remember, with_kwargs=True))
             mod.project = project
         if gate_off and mod.output_gate:
             mod.output = lambda x, o, _mod=mod: _mod.o_proj(o.flatten(2))
