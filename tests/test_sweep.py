@@ -207,7 +207,7 @@ def test_early_stopping_prunes_and_never_against_the_rule(tmp_path):
           T: {{target: loop.T, choices: [2], when: {{boundary: [block]}}}}
         {OBJECTIVES}
         proxy: {{task: s5, task_params: {{seq_len: 6, degree: 3}}, steps: 30, batch_size: 16, eval_every: 10,
-                warmup_steps: 0}}
+                warmup_steps: 0, min_lr: 0.0}}
         search: {{sampler: grid, trials: 8, concurrency: 1, early_stopping: {{rungs: [10, 20], margin: 0.0}}}}
         """)
     exp = run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)
@@ -224,6 +224,7 @@ def test_early_stopping_prunes_and_never_against_the_rule(tmp_path):
         assert beaters and mine is None
     complete = [r for r in records if r.status == "complete"]
     assert complete and all(r.rungs[-1].step == 30 for r in complete)
+    assert {r.status for r in records} == {"complete", "pruned"}
 
 
 @pytest.mark.slow
@@ -274,3 +275,24 @@ def test_cli_sweep_errors_are_one_line(tmp_path):
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
         assert message in run.stderr
+
+
+@pytest.mark.parametrize("proxy, message", [
+    ("proxy: {task: s5, steps: 4, lr: 0.0001}", "proxy: Value error, min_lr (0.0003) exceeds lr (0.0001)"),
+    ("proxy: {task: s5, steps: 4, batch_sise: 4}", "proxy.batch_sise: Extra inputs are not permitted"),
+    ("proxy: {task: s5, steps: 4, task_params: {degree: 9}}", "proxy.task 's5': degree must be in 2..6"),
+    ("proxy: {task: s55, steps: 4}", "proxy.task 's55': unknown task 's55'"),
+])
+def test_a_bad_proxy_is_one_error_before_any_trial(tmp_path, proxy, message):
+    path = space_file(tmp_path, f"""\
+        base: tiny_noloop
+        params:
+          lr: {{target: proxy.lr, choices: [0.001]}}
+        {OBJECTIVES}
+        {proxy}
+        """)
+    run = subprocess.run([sys.executable, "-m", "runners", "sweep", str(path), "--out", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=120)
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {path}: {message}"), run.stderr
+    assert not (tmp_path / "x").exists()

@@ -132,6 +132,28 @@ def _constraints_func(trial) -> list[float]:
     return trial.user_attrs.get(_CONSTRAINTS, [0.0])
 
 
+def check_proxy(space: Space) -> None:
+    """The space's proxy as the trainer will read it: a bad field or task parameter is one
+    clear error before any trial starts, not the same failure in every trial."""
+    from pydantic import ValidationError
+
+    from runners.tasks import make_task
+    from runners.train import TrainConfig
+
+    proxy = space.spec.proxy.model_dump(mode="json", exclude_none=True)
+    try:
+        config = TrainConfig.model_validate({**proxy, "seed": space.spec.search.seed})
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(map(str, e["loc"]))
+        raise SweepError(f"{space.source}: proxy{'.' + where if where else ''}: {e['msg']}") from None
+    try:
+        if config.curriculum is None:
+            make_task(config.task, **config.task_params)
+    except (TypeError, ValueError) as exc:
+        raise SweepError(f"{space.source}: proxy.task {config.task!r}: {exc}") from None
+
+
 class Sweep:
     """One experiment directory and its study; see the module docstring."""
 
@@ -142,6 +164,7 @@ class Sweep:
         from optuna.storages.journal import JournalFileBackend
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        check_proxy(space)
         self.space, self.out, self.backend = space, Path(out), backend
         spec = space.spec
         self.objectives = [Objective(name=o.name, direction=o.direction, measured=o.measured)
@@ -414,4 +437,4 @@ def default_out(space: Space) -> Path:
     return Path("runs") / space.name
 
 
-__all__ = ["Sweep", "SweepError", "make_sampler", "summary", "default_out", "JOURNAL"]
+__all__ = ["Sweep", "SweepError", "check_proxy", "make_sampler", "summary", "default_out", "JOURNAL"]

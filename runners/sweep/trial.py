@@ -53,7 +53,11 @@ def run_trial(job: dict[str, Any], report: Report) -> dict[str, Any]:
 
 def _reason(exc: BaseException) -> str:
     import torch
+    from pydantic import ValidationError
 
+    if isinstance(exc, ValidationError):
+        errors = "; ".join(f"{'.'.join(map(str, e['loc'])) or exc.title}: {e['msg']}" for e in exc.errors())
+        return f"invalid {exc.title} settings: {errors}"[:400]
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
         return f"out of memory: {str(exc).splitlines()[0][:200]}"
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
