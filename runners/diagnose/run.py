@@ -23,6 +23,7 @@ class Loaded:
     task: Any
     config: Any
     quality_metric: str
+    elastic_recorded: list[dict] | None = None   # the trainer's own per-k evaluation
 
 
 def load_run(path: str | Path, spec: str | Path | None = None, task: str | None = None,
@@ -64,7 +65,8 @@ def load_run(path: str | Path, spec: str | Path | None = None, task: str | None 
     the_task = make_task(name, **params)
     metric = (result.quality_metric if result is not None and task is None and result.quality_metric != "n_max"
               else getattr(the_task, "quality_metric", "acc"))
-    return Loaded(model, arch, the_task, config, metric)
+    recorded = [p.model_dump() for p in result.elastic] if result is not None and result.elastic else None
+    return Loaded(model, arch, the_task, config, metric, recorded)
 
 
 def _batches(loaded: Loaded, n: int, batch_size: int, seed: int) -> list:
@@ -92,6 +94,7 @@ def diagnose(loaded: Loaded, out_dir: str | Path, batches: int = 2, batch_size: 
         "loops": [{"start": r.start.model_dump(), "end": r.end.model_dump(), "T": r.T,
                    "update": r.update.kind} for r in arch.loops],
         "elastic_eval": list(arch.elastic.eval) if arch.elastic is not None else None,
+        "elastic_recorded": loaded.elastic_recorded,
         "data": {"batches": batches, "batch_size": batch_size, "seed": seed,
                  "seq_len": int(data[0][0].shape[1]), "jacobian_len": int(jac_ids.shape[1]),
                  "probes": probes},
@@ -128,6 +131,10 @@ def markdown(s: dict) -> str:
         lines += _table(["k", "loss", q, "KL(p_k+1‖p_k)", "Δloss k→k+1"],
                         [[r["k"], r["loss"], r["quality"], r.get("kl_next"), r.get("d_loss_next")]
                          for r in s["truncation"]])
+    if s.get("elastic_recorded"):
+        lines += ["", "the trainer's elastic evaluation (result.json):", ""]
+        lines += _table(["k", q, "projection FLOPs/token"],
+                        [[p["k"], p["quality"], p["compute"]] for p in s["elastic_recorded"]])
     lines += ["", f"cross-position influence after each mixer application (one sequence, "
               f"T = {s['data']['jacobian_len']}):", ""]
     lines += _table(["application", "erank(C)", "cross frac", "new ‖ΔC‖/‖C‖", "erank(ΔC)"],
