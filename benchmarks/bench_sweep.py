@@ -451,11 +451,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore", message=r".*is experimental")  # optuna's set_metric_names
 
-    os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="bsray", dir="/tmp"))
     trials = args.trials or (4 if args.quick else 8)
     seconds = args.trial_seconds or (3.0 if args.quick else 20.0)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    if "ray" in backends and "overhead" not in skip or args.es_backend == "ray":
+        os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="bsray", dir="/tmp"))  # short: socket paths
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench_sweep_"))
     work.mkdir(parents=True, exist_ok=True)
     results = Path(args.results) if args.results else RESULTS
