@@ -366,6 +366,9 @@ def _problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[Problem]
             if r % spec.proxy.eval_every:
                 out.append(Problem("search.early_stopping.rungs", f"rung {r} is not a multiple of "
                                    f"proxy.eval_every ({spec.proxy.eval_every}); rungs are evaluations"))
+            if spec.proxy.steps is not None and r >= spec.proxy.steps:
+                out.append(Problem("search.early_stopping.rungs", f"rung {r} is not before the last step "
+                                   f"(proxy.steps = {spec.proxy.steps}); a rung must leave training to stop"))
     sampler = spec.search.sampler
     if sampler.lower() not in SAMPLERS and not sampler.endswith("Sampler"):
         out.append(Problem("search.sampler", f"unknown sampler {sampler!r}; {suggest(sampler, SAMPLERS)}"

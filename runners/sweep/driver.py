@@ -361,6 +361,8 @@ class Sweep:
 
     def on_rung(self, rid: str, rung: Rung) -> bool:
         """Record a rung; False: stop the trial here (Pareto-aware early stopping)."""
+        if rid not in self.active:
+            return False  # a late result of a trial already settled
         record = self.records[rid]
         self._write(record.model_copy(update={"rungs": [*record.rungs, rung]}))
         if self.stopper is None or record.arch is None or record.arch.get("elastic"):

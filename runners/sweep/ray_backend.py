@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from typing import Callable
 
 from .driver import Sweep
@@ -100,7 +101,9 @@ class ParetoScheduler(_Live, FIFOScheduler):
         rid = trial.config["job"]["id"]
         if self.sweep.on_rung(rid, Rung.model_validate_json(result["rung"])):
             return TrialScheduler.CONTINUE
-        self.sweep.finish(rid, {"status": "pruned", "reason": f"stopped early at step {result['step']}"})
+        started = self.sweep.records[rid].started or time.time()
+        self.sweep.finish(rid, {"status": "pruned", "reason": f"stopped early at step {result['step']}",
+                                "node": result.get("node"), "wall_time": time.time() - started})
         self.changed()
         return TrialScheduler.STOP
 

@@ -111,7 +111,7 @@ def ray_trainable(config: dict[str, Any]) -> None:
     job = {**config["job"], "node": ray.get_runtime_context().get_node_id()}
 
     def report(rung: Rung) -> bool:
-        tune.report({"rung": rung.model_dump_json(), "step": rung.step,
+        tune.report({"rung": rung.model_dump_json(), "step": rung.step, "node": job["node"],
                      "quality": rung.quality if rung.quality is not None else float("nan")})
         return True
 
