@@ -35,8 +35,6 @@ def diagnose_cmd(run: RunArg, out: DiagOutOpt, spec: SpecOpt = None, task: TaskO
 
       loopnas diagnose runs/sweep/trials/t0003 --data notes.txt --set task.seq_len=64 --out d
     """
-    import torch
-
     from runners.diagnose import diagnose, load_run
 
     from .train import parse_sets
@@ -50,7 +48,6 @@ def diagnose_cmd(run: RunArg, out: DiagOutOpt, spec: SpecOpt = None, task: TaskO
         task, params = "lm", {"data_files": str(data), **params}
     if params and task is None:
         raise UsageError("--set task.* needs --task or --data")
-    torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
     try:
         loaded = load_run(run, spec=spec, task=task, task_params=params)
     except (FileNotFoundError, ValueError, TypeError) as exc:

@@ -63,6 +63,9 @@ def load_run(path: str | Path, spec: str | Path | None = None, task: str | None 
     model.load_state_dict(state)
     model.eval()
     the_task = make_task(name, **params)
+    if the_task.vocab_size > arch.model.vocab_size:
+        raise ValueError(f"task {name!r} has vocabulary {the_task.vocab_size}, the checkpoint "
+                         f"{arch.model.vocab_size}")
     metric = (result.quality_metric if result is not None and task is None and result.quality_metric != "n_max"
               else getattr(the_task, "quality_metric", "acc"))
     recorded = [p.model_dump() for p in result.elastic] if result is not None and result.elastic else None
