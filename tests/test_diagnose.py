@@ -200,9 +200,12 @@ def test_cli_end_to_end(tmp_path):
                          eval_batches=1, progress=False, checkpoint_every=2)
     train(load_arch(spec), config, out_dir=tmp_path / "run")
     out = tmp_path / "diag"
-    assert main(["diagnose", str(tmp_path / "run"), "--out", str(out), "--batches", "1"]) == 0
+    assert main(["diagnose", str(tmp_path / "run"), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["task"] == "s5" and summary["quality_metric"] == "acc"
+    final = json.loads((tmp_path / "run" / "result.json").read_text())["final"]
+    assert summary["intact"]["acc"] == pytest.approx(final["acc"])  # the run's own eval batches
+    assert summary["intact"]["eval_loss"] == pytest.approx(final["eval_loss"], rel=1e-5)
     assert [r["k"] for r in summary["truncation"]] == [1, 2]
     assert len(summary["interventions"]) == 2 and len(summary["transport"]) == 2
     for name in ("interventions.png", "truncation.png", "transport.png", "traces.png"):

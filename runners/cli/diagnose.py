@@ -18,14 +18,16 @@ TaskOpt = Annotated[str | None, typer.Option("--task", help="Task to probe on (d
 DataOpt = Annotated[Path | None, typer.Option("--data", help="A text file, probed with the lm task.")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="task.key=value: a task parameter "
                                                   "(with --task or --data). Repeatable.")]
-BatchesOpt = Annotated[int, typer.Option("--batches", help="Eval batches of 32 sequences.")]
+BatchesOpt = Annotated[int | None, typer.Option("--batches", help="Eval batches (default: the "
+                                                "run's own eval batches; 2 of 32 on another task).",
+                                                show_default=False)]
 ProbesOpt = Annotated[int | None, typer.Option("--probes", help="Gaussian probes per position for "
                                                "the influence Jacobian (default: exact).")]
 
 
 @app.command("diagnose")
 def diagnose_cmd(run: RunArg, out: DiagOutOpt, spec: SpecOpt = None, task: TaskOpt = None,
-                 data: DataOpt = None, sets: SetOpt = None, batches: BatchesOpt = 2,
+                 data: DataOpt = None, sets: SetOpt = None, batches: BatchesOpt = None,
                  probes: ProbesOpt = None, seed: SeedOpt = 0) -> None:
     """Context-closed interventions, truncation, cross-position influence and per-loop traces.
 

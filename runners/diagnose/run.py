@@ -72,13 +72,21 @@ def load_run(path: str | Path, spec: str | Path | None = None, task: str | None 
     return Loaded(model, arch, the_task, config, metric, recorded)
 
 
-def _batches(loaded: Loaded, n: int, batch_size: int, seed: int) -> list:
-    g = torch.Generator().manual_seed(seed)
-    return [loaded.task.batch(batch_size, g, split="eval") for _ in range(n)]
+def _batches(loaded: Loaded, n: int | None, seed: int) -> list:
+    """The trainer's own fixed eval batches (so the intact metrics are the run's final ones)
+    when the task is the trained one, else ``n`` (default 2) eval batches of 32."""
+    from runners.train import TrainConfig, eval_batches
+
+    config = loaded.config
+    if config is None or loaded.task.name != config.task:
+        config = TrainConfig(task=loaded.task.name, steps=1, seed=seed, eval_batches=n or 2)
+    elif n is not None:
+        config = config.model_copy(update={"eval_batches": n})
+    return eval_batches(loaded.task, config, torch.device("cpu"))
 
 
-def diagnose(loaded: Loaded, out_dir: str | Path, batches: int = 2, batch_size: int = 32,
-             seed: int = 0, jac_len: int = 8, probes: int | None = None) -> dict:
+def diagnose(loaded: Loaded, out_dir: str | Path, batches: int | None = None, seed: int = 0,
+             jac_len: int = 8, probes: int | None = None) -> dict:
     """Every diagnostic of :mod:`runners.diagnose.measures` on ``loaded``; writes
     ``summary.json`` and the plots into ``out_dir`` and returns the summary."""
     from .plots import write_plots
@@ -86,7 +94,7 @@ def diagnose(loaded: Loaded, out_dir: str | Path, batches: int = 2, batch_size: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    data = _batches(loaded, batches, batch_size, seed)
+    data = _batches(loaded, batches, seed)
     model, arch = loaded.model, loaded.arch
     ev = Evaluator(model, data, loaded.task, loaded.quality_metric, seed)
     _, intact = ev.run()
@@ -98,7 +106,7 @@ def diagnose(loaded: Loaded, out_dir: str | Path, batches: int = 2, batch_size: 
                    "update": r.update.kind} for r in arch.loops],
         "elastic_eval": list(arch.elastic.eval) if arch.elastic is not None else None,
         "elastic_recorded": loaded.elastic_recorded,
-        "data": {"batches": batches, "batch_size": batch_size, "seed": seed,
+        "data": {"batches": len(data), "batch_size": int(data[0][0].shape[0]), "seed": seed,
                  "seq_len": int(data[0][0].shape[1]), "jacobian_len": int(jac_ids.shape[1]),
                  "probes": probes},
         "intact": intact,
