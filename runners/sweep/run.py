@@ -10,7 +10,6 @@ from nas.space import Space, load_space
 
 from .driver import Sweep, default_out
 from .front import front
-from .records import read_trials
 
 BACKENDS = ("optuna", "ray")
 DEFAULT_BACKEND = "optuna"  # one machine: no Ray start-up; see benchmarks/bench_sweep.py
@@ -47,9 +46,8 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
 
         def on_change() -> None:
             c = sweep.counts()
-            bar.update(task, completed=sweep.total - max(0, sweep.total - sum(
-                c[s] for s in ("complete", "pruned", "failed", "timeout", "duplicate"))),
-                description=_line(sweep))
+            done = sum(c[s] for s in ("complete", "pruned", "failed", "timeout", "duplicate"))
+            bar.update(task, completed=min(sweep.total, done), description=_line(sweep))
 
         on_change()
         if backend == "ray":
@@ -62,9 +60,4 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
     return out
 
 
-def finished(out: str | Path) -> int:
-    """How many trials of an experiment reached a final status."""
-    return sum(r.status not in ("running", "infeasible") for r in read_trials(out))
-
-
-__all__ = ["run_sweep", "BACKENDS", "DEFAULT_BACKEND", "finished"]
+__all__ = ["run_sweep", "BACKENDS", "DEFAULT_BACKEND"]
