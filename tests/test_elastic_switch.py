@@ -32,12 +32,7 @@ def with_elastic(a, **update):
     return a.model_copy(update={"elastic": a.elastic.model_copy(update=update)})
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one intra-op thread
 
 
 def test_one_loop_before_the_switch():

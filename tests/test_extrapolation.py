@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from nas import load_arch
 from runners.train import CurriculumConfig, TrainConfig, train
@@ -12,12 +11,7 @@ from runners.train import CurriculumConfig, TrainConfig, train
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one intra-op thread
 
 
 def config(**kw) -> TrainConfig:

@@ -3,7 +3,6 @@ saved with its checkpoint, and may extend it to more steps."""
 import json
 
 import pytest
-import torch
 
 from runners.cli import main
 from runners.train import TrainConfig, train
@@ -15,12 +14,7 @@ TASK = ["--set", "task.vocab_size=16", "--set", "task.seq_len=16", "--set", "tas
         "--set", "progress=false"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one intra-op thread
 
 
 def test_a_checkpoint_may_be_extended_to_more_steps(tmp_path):

@@ -34,13 +34,7 @@ def config(**kw) -> TrainConfig:
     return TrainConfig(**{**base, **kw})
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: fast on a shared 2-core box and identical sums run to run."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one intra-op thread
 
 
 # ---------------------------------------------------------------- golden curve
