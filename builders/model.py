@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nas.placement import ratio_counts
 from nas.plan import (
     Loop, Node, Step, check_loops, iteration_overrides, max_loops, plan, total_applications,
 )
@@ -24,6 +23,7 @@ from nas.spec import ArchSpec, MoESpec, NoFFNSpec, NormSpec, ParallelSpec, Switc
 from . import ops_registry  # noqa: F401  (registers every op builder)
 from .layers import fla_runtime
 from .loops import LoopExtras
+from .sampling import sample_pattern
 from .registry import BuildCtx, build_op
 
 
@@ -196,15 +196,8 @@ class LoopLM(nn.Module):
         return h
 
     def _pattern(self) -> list[int] | None:
-        """A random-placement pattern: option index per layer at the hybrid ratio."""
-        rp = self.arch.random_placement
-        if rp is None:
-            return None
-        counts = ratio_counts(rp.ratio, len(self.layers))
-        names = [n for n, c in counts.items() for _ in range(c)]
-        perm = torch.randperm(len(names)).tolist()
-        order = list(rp.ratio)
-        return [order.index(names[i]) for i in perm]
+        """A random-placement pattern (see :mod:`builders.sampling`)."""
+        return sample_pattern(self.arch, len(self.layers))
 
     def hidden(self, input_ids: torch.Tensor, loops: int | None = None,
                pattern: list[int] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -56,6 +56,16 @@ COST_METRICS = {
     "kv_cache_bytes": "KV cache bytes per sequence at seq_len",
     "state_bytes": "recurrent state bytes per sequence",
 }
+SERVING_METRICS = {
+    "train_tokens_per_s": "training throughput (forward + backward + step) at seq_len",
+    "prefill_tokens_per_s": "prefill throughput at context seq_len",
+    "decode_tokens_per_s": "decode throughput (tokens/s over the batch) after a seq_len prefill",
+    "decode_latency_ms": "milliseconds per decoded token after a seq_len prefill",
+    "peak_memory_bytes": "peak memory of prefill + decode at seq_len",
+    "cache_bytes": "bytes the inference cache holds after a seq_len prefill",
+}
+"""Measured serving cost (``runners.bench``), one measurement per trial on the trial's own
+hardware, at the objective's ``seq_len`` (default: the space's) and ``batch_size`` (default 1)."""
 SAMPLERS = ("tpe", "nsga2", "random", "grid", "qmc", "gp", "cmaes", "bruteforce")
 _CONSTRAINT = re.compile(r"^\s*(\w+)\s*(?:\(([^)]*)\))?\s*(<=|>=|<|>)\s*([-+0-9.eE_]+)\s*$")
 
@@ -105,12 +115,15 @@ class ParamSpec(_Data):
 
 
 class ObjectiveSpec(_Data):
-    """``metric``: a proxy metric or one of :data:`COST_METRICS`; ``seq_len`` prices
-    context-dependent cost metrics at another length than the space's."""
+    """``metric``: a proxy metric, one of :data:`COST_METRICS` (priced by the cost model) or
+    one of :data:`SERVING_METRICS` (measured by ``runners.bench``); ``seq_len`` prices
+    context-dependent metrics at another length than the space's; ``batch_size`` is the
+    batch of a serving measurement."""
 
     metric: str
     direction: Literal["minimize", "maximize"]
     seq_len: PositiveInt | None = None
+    batch_size: PositiveInt | None = None
 
     @property
     def name(self) -> str:
@@ -118,7 +131,17 @@ class ObjectiveSpec(_Data):
 
     @property
     def measured(self) -> bool:
+        """Measured by running something (proxy training or a serving benchmark)."""
         return self.metric not in COST_METRICS
+
+    @property
+    def serving(self) -> bool:
+        return self.metric in SERVING_METRICS
+
+    @property
+    def quality(self) -> bool:
+        """The proxy's quality metric: measured, not a serving cost."""
+        return self.measured and not self.serving
 
 
 class ProxySpec(_Data):
@@ -357,10 +380,15 @@ def _problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[Problem]
             out.append(Problem(f"params.{name}.target", f"{target!r} is not a spec field; "
                                f"{suggest(target.split('.')[0], ArchSpec.model_fields)}targets start with "
                                "a spec field (model, layer, loop, hybrid, elastic, ...) or 'proxy.'"))
-    measured = [o for o in spec.objectives if o.measured]
-    if len(measured) > 1:
-        out.append(Problem("objectives", "at most one measured (proxy) objective; the others must be "
-                                         f"cost metrics: {', '.join(COST_METRICS)}"))
+    quality = [o for o in spec.objectives if o.quality]
+    if len(quality) > 1:
+        out.append(Problem("objectives", "at most one proxy quality objective; the others must be "
+                                         f"cost metrics ({', '.join(COST_METRICS)}) or serving "
+                                         f"metrics ({', '.join(SERVING_METRICS)})"))
+    for i, o in enumerate(spec.objectives):
+        if o.batch_size is not None and not o.serving:
+            out.append(Problem(f"objectives[{i}].batch_size", f"batch_size applies to serving metrics "
+                               f"({', '.join(SERVING_METRICS)}), not {o.metric!r}; remove it"))
     if spec.search.early_stopping is not None:
         for r in spec.search.early_stopping.rungs:
             if r % spec.proxy.eval_every:
@@ -465,6 +493,6 @@ def grid_size(space: Space) -> int | None:
     return total
 
 
-__all__ = ["COST_METRICS", "SAMPLERS", "ParamSpec", "ObjectiveSpec", "ProxySpec", "EarlyStopSpec",
+__all__ = ["COST_METRICS", "SERVING_METRICS", "SAMPLERS", "ParamSpec", "ObjectiveSpec", "ProxySpec", "EarlyStopSpec",
            "SearchSpec", "SpaceSpec", "Constraint", "Space", "load_space", "parse_constraint",
            "set_path", "spec_hash", "cost_value", "violations", "grid_size"]

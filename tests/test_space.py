@@ -116,7 +116,7 @@ def test_constraints_parse_and_price(tmp_path):
     (BASE + "search: {sampler: tpee}\n", "search.sampler: unknown sampler 'tpee'; did you mean 'tpe'?"),
     (BASE + "search: {early_stopping: {rungs: [3]}}\n", "search.early_stopping.rungs: rung 3 is not a multiple"),
     (BASE + "search: {early_stopping: {rungs: [4]}}\n", "search.early_stopping.rungs: rung 4 is not before the last step"),
-    (BASE.replace("maximize}", "maximize}\n  - {metric: eval_loss, direction: minimize}"), "objectives: at most one measured"),
+    (BASE.replace("maximize}", "maximize}\n  - {metric: eval_loss, direction: minimize}"), "objectives: at most one proxy quality"),
     (BASE + "bogus: 1\n", "bogus"),
     (BASE.replace("base: tiny_noloop", "base: {model: {vocab_size: 8, width: -1}, num_layers: 1, "
                                        "layer: {mixer: {kind: gdn}, ffn: {kind: swiglu}}}"), "base.model.width"),
