@@ -1,9 +1,12 @@
 """Softmax-attention mixers ``attn``, ``dsa``, ``nsa`` in torch, and fla's twins via ``make_fla``.
 
 The torch layers keep fla's constructor kwargs and parameter names, so a ``state_dict``
-moves between backends unchanged. Every ``forward(x, window=None)`` maps (B, T, D) to
-(B, T, D); ``window`` overrides the layer's window for one call: None keeps it,
-``"full"`` removes it, an int replaces it (loop schedules such as full -> 512 -> 256).
+moves between backends unchanged. Every ``forward(x, window=None, *, cache=None, commit=True)``
+maps (B, T, D) to (B, T, D); ``window`` overrides the layer's window for one call: None keeps
+it, ``"full"`` removes it, an int replaces it (loop schedules such as full -> 512 -> 256).
+``cache`` is an incremental-decoding dict (``builders.cache``): keys and values live under
+``kv.``; under a window only the last ``window`` of them are kept, so a cache sized for one
+window cannot serve a wider one (each scheduled application keeps its own dict).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from builders.cache import cache_pos
 from builders.layers.fla_runtime import install_interpreter_shims, require
 from builders.ops.attention import (
     apply_rotary,
@@ -54,6 +58,30 @@ def _heads(x: Tensor, head_dim: int) -> Tensor:
     return x.unflatten(-1, (-1, head_dim))  # (B, T, H * D) -> (B, T, H, D)
 
 
+def _past(cache: dict, names: tuple[str, ...], window: int | None) -> tuple[int, list[Tensor | None]]:
+    """The position and cached tensors (B, n, ...) of ``cache``, checked to cover ``window``."""
+    pos, past = cache_pos(cache), [cache.get(name) for name in names]
+    kept = 0 if past[0] is None else past[0].shape[1]
+    if kept < pos and (window is None or kept < min(pos, window - 1)):
+        need = "all" if window is None else f"the last {window - 1}"
+        raise ValueError(f"this cache keeps the last {kept} of {pos} keys, but a call with window={window} "
+                         f"needs {need}: use one cache dict per window")
+    return pos, past
+
+
+def _extend(past: Tensor | None, new: Tensor) -> Tensor:
+    return new if past is None else torch.cat([past, new], dim=1)
+
+
+def _commit(cache: dict, t: int, window: int | None, **tensors: Tensor) -> None:
+    """Store the extended tensors (only the last ``window`` under a window) and advance pos."""
+    for name, full in tensors.items():
+        if window is not None and full.shape[1] > window:
+            full = full[:, -window:].clone()  # a copy, so the dropped keys are freed
+        cache[f"kv.{name}"] = full
+    cache["pos"] = cache_pos(cache) + t
+
+
 class Attention(nn.Module):
     """Softmax attention, fla ``Attention`` kwargs and parameters, plus two options fla lacks.
 
@@ -85,13 +113,13 @@ class Attention(nn.Module):
         if output_gate:
             self.g_proj = nn.Linear(hidden_size, q_dim, bias=False)
 
-    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, T, D) -> q (B, T, HQ, d), k and v (B, T, H, d): normed, then rotated."""
+    def project(self, x: Tensor, offset: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, D) at positions offset.. -> q (B, T, HQ, d), k and v (B, T, H, d): normed, rotated."""
         q, k, v = (_heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_theta is not None:
-            q, k = apply_rotary(q, k, self.rope_theta)
+            q, k = apply_rotary(q, k, self.rope_theta, offset)
         return q, k, v
 
     def output(self, x: Tensor, o: Tensor) -> Tensor:
@@ -100,9 +128,18 @@ class Attention(nn.Module):
             o = o * torch.sigmoid(_heads(self.g_proj(x), self.head_dim))
         return self.o_proj(o.flatten(2))
 
-    def forward(self, x: Tensor, window: Window = None) -> Tensor:
-        q, k, v = self.project(x)
-        return self.output(x, attention(q, k, v, window=resolve_window(self.window_size, window)))
+    def forward(self, x: Tensor, window: Window = None, *, cache: dict | None = None,
+                commit: bool = True) -> Tensor:
+        w = resolve_window(self.window_size, window)
+        if cache is None:
+            q, k, v = self.project(x)
+            return self.output(x, attention(q, k, v, window=w))
+        pos, (k_past, v_past) = _past(cache, ("kv.k", "kv.v"), w)
+        q, k, v = self.project(x, pos)
+        k, v = _extend(k_past, k), _extend(v_past, v)  # (B, n + t, H, d): queries are the last t
+        if commit:
+            _commit(cache, x.shape[1], w, k=k, v=v)
+        return self.output(x, attention(q, k, v, window=w))
 
 
 class DSAIndexer(nn.Module):
