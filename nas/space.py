@@ -18,7 +18,9 @@ A space (YAML, or a Python file for define-by-run spaces) holds:
 - ``objectives``: a measured proxy metric (``acc``, ``eval_loss``, ``n_max``, ...) and cost
   metrics (:data:`COST_METRICS`), each minimised or maximised;
 - ``proxy``: the task and trainer settings of one proxy run;
-- ``search``: sampler, trials, concurrency, resources per trial, early stopping.
+- ``search``: sampler, trials, concurrency, resources per trial, early stopping;
+- ``oneshot`` (instead of ``params``): search the base hybrid's placement, and the loop
+  count, from one weight-sharing supernet (:class:`OneShotSpec`, :mod:`nas.oneshot`).
 
 A Python space file defines ``SPACE`` (the same mapping; ``params`` optional) and
 ``sample(trial, base)``, which calls ``trial.suggest_*`` and returns a user-level spec
@@ -186,6 +188,37 @@ class SearchSpec(_Data):
                                 "postgresql://...) instead of the experiment's journal file")
 
 
+class OneShotSearchSpec(_Data):
+    """How sub-networks of a trained supernet are chosen for evaluation: ``beam`` grows
+    placements one non-majority layer at a time, keeping the ``width`` best for ``depth``
+    steps (default: the ratio's number of non-majority layers); ``exhaustive`` evaluates
+    every placement the sampling allows. Each placement is evaluated at every loop count;
+    ``score_loops`` is the count that ranks them (default: the largest)."""
+
+    strategy: Literal["beam", "exhaustive"] = "beam"
+    width: PositiveInt = 3
+    depth: PositiveInt | None = None
+    score_loops: PositiveInt | None = None
+
+
+class OneShotSpec(_Data):
+    """One-shot search (PostNAS-style): every layer of the base hybrid becomes a ``switch``
+    over its ratio's mixers, the loop count becomes elastic over ``loops``; one supernet is
+    trained (``sampling``: ``ratio``, every sampled subnet at the base ratio's counts, or
+    ``uniform``, every layer independently uniform over the mixers), then its sub-networks
+    are evaluated with its weights. ``init_from``: a trainer checkpoint of a base spec
+    (path relative to the space file) to start from; ``freeze_ffn``: keep its FFNs fixed
+    (PostNAS's frozen MLPs). ``train``: trainer settings of the supernet run over the
+    space's ``proxy`` (e.g. more steps)."""
+
+    loops: tuple[PositiveInt, ...] | None = Field(None, min_length=1)
+    sampling: Literal["ratio", "uniform"] = "ratio"
+    init_from: str | None = None
+    freeze_ffn: bool = False
+    train: dict[str, Any] = Field(default_factory=dict)
+    search: OneShotSearchSpec = OneShotSearchSpec()
+
+
 class SpaceSpec(_Data):
     name: str = "space"
     description: str = ""
@@ -196,6 +229,7 @@ class SpaceSpec(_Data):
     objectives: tuple[ObjectiveSpec, ...] = Field(min_length=1)
     proxy: ProxySpec
     search: SearchSpec = SearchSpec()
+    oneshot: OneShotSpec | None = None
     seq_len: PositiveInt = Field(1024, description="context at which cost sheets are priced")
 
 
@@ -257,7 +291,12 @@ class Space:
 
     def candidate(self, trial) -> tuple[ArchSpec, dict[str, Any], dict[str, Any]]:
         """Sample, then lower, validate and budget-match: (canonical spec, proxy overrides,
-        params). Raises :class:`SpecError` for a candidate that is not a valid spec."""
+        params). Raises :class:`SpecError` for a candidate that is not a valid spec.
+        A one-shot space's candidate is a sub-network of its supernet."""
+        if self.spec.oneshot is not None:
+            from .oneshot import candidate
+
+            return candidate(self, trial)
         data, proxy, params = self.suggest(trial)
         arch = resolve(spec_from_dict(data, "candidate"), "candidate")
         return arch, proxy, params
@@ -366,7 +405,9 @@ def _problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[Problem]
     if base is None and not python:
         out.append(Problem("base", "a YAML space needs a base architecture (a shipped name, a file, "
                                    "or an inline spec)"))
-    if not spec.params and not python:
+    if spec.oneshot is not None:
+        out += _oneshot_problems(spec, base, python)
+    elif not spec.params and not python:
         out.append(Problem("params", "a YAML space needs at least one parameter"))
     names = list(spec.params)
     for i, (name, p) in enumerate(spec.params.items()):
@@ -401,6 +442,49 @@ def _problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[Problem]
     if sampler.lower() not in SAMPLERS and not sampler.endswith("Sampler"):
         out.append(Problem("search.sampler", f"unknown sampler {sampler!r}; {suggest(sampler, SAMPLERS)}"
                            f"use one of {', '.join(SAMPLERS)} or an Optuna sampler class name"))
+    return out
+
+
+def _oneshot_problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[Problem]:
+    """A one-shot space searches its base hybrid: its layers and loop count are the
+    parameters, so it names none of its own."""
+    out: list[Problem] = []
+    one = spec.oneshot
+    if python:
+        out.append(Problem("oneshot", "one-shot search needs a YAML space (its parameters come "
+                                      "from the base hybrid); remove oneshot or write YAML"))
+    if spec.params:
+        out.append(Problem("params", "a one-shot space's parameters are its base hybrid's layers "
+                                     "and oneshot.loops; remove params"))
+    hybrid = (base or {}).get("hybrid")
+    if base is not None and (not isinstance(hybrid, dict) or len(hybrid.get("ratio") or {}) < 2):
+        out.append(Problem("base.hybrid", "one-shot search places a hybrid's mixers: give the base "
+                                          "hybrid: {ratio: {attn: 1, gdn: 2}} (two or more names)"))
+    if base is not None and not isinstance(base.get("num_layers"), int):
+        out.append(Problem("base.num_layers", "one-shot search needs num_layers (with hybrid) in the base"))
+    loop = (base or {}).get("loop")
+    if one.loops is not None:
+        if not isinstance(loop, dict) or loop.get("boundary", "none") == "none":
+            out.append(Problem("oneshot.loops", "loop counts need a looped base: give the base one "
+                                                "loop: {boundary: ..., T: ...}, or remove oneshot.loops"))
+        if list(one.loops) != sorted(set(one.loops)):
+            out.append(Problem("oneshot.loops", f"{list(one.loops)}: list distinct loop counts in "
+                                                f"increasing order, e.g. {sorted(set(one.loops))}"))
+    k = one.search.score_loops
+    if k is not None and k not in (one.loops or ()):
+        out.append(Problem("oneshot.search.score_loops", f"{k} is not one of oneshot.loops "
+                                                         f"({list(one.loops or ())}); pick one of them"))
+    if not any(o.quality for o in spec.objectives):
+        out.append(Problem("objectives", "one-shot search ranks sub-networks by a proxy quality "
+                                         "metric: add e.g. {metric: acc, direction: maximize}"))
+    if any(o.serving for o in spec.objectives):
+        out.append(Problem("objectives", "one-shot search evaluates with the supernet's weights; "
+                                         "serving metrics need stand-alone models: remove them"))
+    if spec.search.early_stopping is not None:
+        out.append(Problem("search.early_stopping", "a one-shot sweep's trials evaluate, they do not "
+                                                    "train: remove early_stopping"))
+    if "steps" in one.train and "tokens" in one.train:
+        out.append(Problem("oneshot.train", "set steps or tokens, not both"))
     return out
 
 
@@ -455,6 +539,12 @@ def load_space(path: str | Path) -> Space:
         raise from_validation_error(exc, SpaceSpec).with_source(str(path)) from None
     base = _load_base(spec.base, path.parent, str(path))
     problems = _problems(spec, base, fn is not None)
+    if spec.oneshot is not None and spec.oneshot.init_from is not None:
+        init = Path(spec.oneshot.init_from)
+        init = init if init.is_absolute() else path.parent / init
+        if not init.is_file():
+            problems.append(Problem("oneshot.init_from", f"no checkpoint at {init}; give a trainer "
+                                    "checkpoint.pt of the base spec (relative to the space file)"))
     constraints = []
     for i, text in enumerate(spec.constraints):
         try:
@@ -466,6 +556,10 @@ def load_space(path: str | Path) -> Space:
     space = Space(spec, path, base, tuple(constraints), fn)
     if base is not None and fn is None:
         _check_base(space)
+    if spec.oneshot is not None:
+        from .oneshot import check_supernet
+
+        check_supernet(space)
     return space
 
 
@@ -494,5 +588,5 @@ def grid_size(space: Space) -> int | None:
 
 
 __all__ = ["COST_METRICS", "SERVING_METRICS", "SAMPLERS", "ParamSpec", "ObjectiveSpec", "ProxySpec", "EarlyStopSpec",
-           "SearchSpec", "SpaceSpec", "Constraint", "Space", "load_space", "parse_constraint",
+           "SearchSpec", "OneShotSpec", "OneShotSearchSpec", "SpaceSpec", "Constraint", "Space", "load_space", "parse_constraint",
            "set_path", "spec_hash", "cost_value", "violations", "grid_size"]

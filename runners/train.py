@@ -84,6 +84,11 @@ class TrainConfig(BaseModel):
     extrapolate: tuple[dict[str, Any], ...] = Field((), description="task-parameter overrides "
                                                     "(e.g. {'n': 64} or {'seq_len': 256}), each "
                                                     "evaluated once at the end: length extrapolation")
+    init_from: str | None = Field(None, description="a checkpoint (a trainer's checkpoint.pt, a "
+                                  "supernet's, an extracted sub-network's) whose corresponding "
+                                  "weights start the run (runners.oneshot.weights.inherit)")
+    freeze_ffn: bool = Field(False, description="keep every FFN and its norm at its initial "
+                             "(inherited) weights: PostNAS's frozen MLPs")
     progress: bool = True
 
     @model_validator(mode="after")
@@ -180,9 +185,12 @@ def lr_at(step: int, total: int, config: TrainConfig) -> float:
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """nanoGPT's rule: decay ≥2-D weights only. Never decay what fla marks
     ``_no_weight_decay`` (A_log, dt_bias, ...) nor the loop extras (ρ, gates, conditioning),
-    which start at the identity and must be free to stay there."""
+    which start at the identity and must be free to stay there. Frozen tensors are left
+    out: the optimizer never touches them, weight decay included."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
         extra = name == "rho" or name.startswith("loops.")
         skip = p.dim() < 2 or getattr(p, "_no_weight_decay", False) or extra
         (no_decay if skip else decay).append(p)
@@ -240,6 +248,24 @@ def extrapolate(model, task: Task, params: dict[str, Any], config: TrainConfig,
                               metrics=evaluate(model, longer, batches, autocast, config.seed))
 
 
+def ffn_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """Every FFN sublayer's weights and its pre-norm (``layers.{i}.ffn*``)."""
+    return [p for name, p in model.named_parameters()
+            if name.startswith("layers.") and name.split(".")[2] in ("ffn", "ffn_norm")]
+
+
+def initialise(model: torch.nn.Module, arch: ArchSpec, config: TrainConfig) -> None:
+    """``init_from``: copy the corresponding weights of a checkpoint; ``freeze_ffn``: stop
+    gradients to the FFNs."""
+    if config.init_from is not None:
+        from runners.oneshot.weights import inherit, load_source
+
+        source, state = load_source(config.init_from)
+        inherit(model, arch, state, source)
+    for p in ffn_parameters(model) if config.freeze_ffn else ():
+        p.requires_grad_(False)
+
+
 def save_checkpoint(path: Path, payload: dict) -> None:
     """Write atomically: a crash mid-write never leaves a torn checkpoint."""
     tmp = path.with_name(path.name + ".tmp")
@@ -258,13 +284,15 @@ def _fingerprint(arch: ArchSpec, config: TrainConfig) -> str:
 
 
 def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None,
-          callback: Callback | None = None, resume: str | Path | None = None) -> TrainResult:
+          callback: Callback | None = None, resume: str | Path | None = None,
+          setup: Callable[[torch.nn.Module], None] | None = None) -> TrainResult:
     """Train ``arch`` on ``config.task`` and evaluate it.
 
     ``callback(step, metrics)`` runs after every evaluation; returning False stops the
     run (status ``stopped``). ``out_dir`` receives ``checkpoint.pt`` (every
     ``checkpoint_every`` steps and at the end) and ``result.json``. ``resume``: a
-    checkpoint of the same arch and config to continue from.
+    checkpoint of the same arch and config to continue from. ``setup(model)`` runs once on
+    the built model before training (a one-shot supernet sets its sampling rule there).
     """
     start = time.perf_counter()
     arch = arch if arch.is_canonical else resolve(arch)
@@ -285,6 +313,9 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
     data_gen = torch.Generator().manual_seed(config.seed)
     loop_gen = torch.Generator().manual_seed(config.seed ^ _LOOP_SEED_SALT)
     model = build_model(proxy, backend=config.backend, device=device)
+    initialise(model, proxy, config)
+    if setup is not None:
+        setup(model)
     conditioning = model.conditioning_parameters()
     optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr,
                                   betas=config.betas, fused=cuda or None)
@@ -430,4 +461,5 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
 
 __all__ = ["CurriculumConfig", "TrainConfig", "TrainResult", "EvalRecord", "ElasticPoint",
            "ExtrapolationPoint", "extrapolate",
-           "train", "with_vocab", "lr_at", "param_groups", "evaluate", "save_checkpoint"]
+           "train", "with_vocab", "lr_at", "param_groups", "ffn_parameters", "evaluate",
+           "save_checkpoint"]

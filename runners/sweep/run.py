@@ -36,6 +36,8 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
     if address and backend != "ray":
         raise SweepError("--address joins a Ray cluster: use it with --backend ray")
     out = Path(out) if out is not None else default_out(space)
+    if space.spec.oneshot is not None:
+        return _oneshot(space, out, backend, trials, resume, progress)
     sweep = Sweep(space, out, backend, trials=trials, resume=resume)
     console = Console(stderr=True)
     bar = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
@@ -57,6 +59,43 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
             from .local import run_local
             run_local(sweep, on_change=on_change)
         on_change()
+    return out
+
+
+def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: bool, progress: bool) -> Path:
+    """A one-shot space: one supernet trained here, sub-networks evaluated here (see
+    :mod:`runners.oneshot.search`), recorded by the same driver."""
+    from runners.oneshot.search import planned, run_oneshot
+    from runners.oneshot.supernet import OneShotError, supernet_config
+
+    from .driver import SweepError
+
+    if backend != DEFAULT_BACKEND:
+        raise SweepError(f"{space.source}: a one-shot sweep trains one supernet and evaluates in this "
+                         "process; drop --backend")
+    try:
+        supernet_config(space)
+    except OneShotError as exc:
+        raise SweepError(str(exc)) from None
+    sweep = Sweep(space, out, "oneshot", trials=trials or planned(space), resume=resume)
+    console = Console(stderr=True)
+    console.print(f"[bold]{space.name}[/bold]: training the supernet ({out / 'supernet'})")
+    bar = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("{task.description}"), console=console,
+                   disable=not progress, transient=False)
+    task = bar.add_task("", total=sweep.total, name=f"{space.name} evaluations", start=False)
+
+    def on_change() -> None:
+        if not bar.tasks[0].started:
+            bar.start()
+            bar.start_task(task)
+        c = sweep.counts()
+        bar.update(task, completed=min(sweep.total, c["complete"] + c["duplicate"]), description=_line(sweep))
+
+    try:
+        run_oneshot(sweep, out, progress=progress, on_change=on_change)
+    finally:
+        bar.stop()
     return out
 
 

@@ -1,0 +1,213 @@
+"""One-shot search (PostNAS, Jet-Nemotron): a space's supernet, its sub-networks, and the
+search over placements.
+
+A one-shot space's base is a hybrid (``num_layers`` + ``hybrid.ratio``). Its **supernet**
+is the same model with every layer a ``switch`` over the ratio's mixers (random placement,
+resampled every forward pass) and, with ``oneshot.loops``, elastic depth over those loop
+counts. A **sub-network** fixes every switch to one option and the loop count to one
+``k``: :func:`subnet` writes it as a plain canonical spec, whose parameters are a subset of
+the supernet's (``runners.oneshot.weights`` copies them). The search visits placements
+with exactly the ratio's number of layers of each mixer: :func:`exhaustive` lists them
+all, :func:`beam_search` keeps the best ``width`` and moves one layer at a time.
+
+Pure data and pure functions: no torch.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from itertools import permutations
+from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar
+
+from .errors import Problem, SpecError
+from .load import resolve, spec_from_dict
+from .placement import placement, ratio_counts
+from .spec import ArchSpec, HybridSpec, SwitchSpec
+
+State = TypeVar("State", bound=Hashable)
+RULES = ("interleave", "bookend", "front", "back")
+
+
+def mixer_names(space) -> tuple[str, ...]:
+    """The switch options, in the base hybrid's ratio order."""
+    return tuple(space.base["hybrid"]["ratio"])
+
+
+def counts(space) -> tuple[int, ...]:
+    """Layers of each mixer in every searched placement: the base ratio over its layers."""
+    c = ratio_counts(space.base["hybrid"]["ratio"], space.base["num_layers"])
+    return tuple(c[n] for n in mixer_names(space))
+
+
+def loop_choices(space) -> tuple[int | None, ...]:
+    """The searched loop counts (``(None,)``: the base's own)."""
+    return space.spec.oneshot.loops or (None,)
+
+
+def uniform_in_spec() -> bool:
+    """Whether random placement itself has a ``uniform`` sampling mode (else the supernet
+    trainer draws uniform patterns; see ``runners.oneshot.supernet``)."""
+    return "sampling" in HybridSpec.model_fields
+
+
+def supernet_data(space) -> dict[str, Any]:
+    """The supernet as a user-level spec mapping (see the module docstring)."""
+    data = copy.deepcopy(space.base)
+    one = space.spec.oneshot
+    hybrid = {**data["hybrid"], "placement": "random"}
+    if one.sampling == "uniform":
+        hybrid["ratio"] = {name: 1 for name in hybrid["ratio"]}  # each option equally likely
+        if uniform_in_spec():
+            hybrid["sampling"] = "uniform"
+    data["hybrid"] = hybrid
+    if one.loops:
+        n = len(one.loops)
+        data["loop"] = {**data["loop"], "T": max(one.loops)}
+        data["elastic"] = {"train": {"values": list(one.loops), "weights": [1.0 / n] * n},
+                           "eval": list(one.loops), "switch_at": 0.0}
+    data["name"] = f"{space.name}_supernet"
+    return data
+
+
+def supernet(space) -> ArchSpec:
+    """The canonical supernet spec of a one-shot space."""
+    return resolve(spec_from_dict(supernet_data(space), "supernet"), "supernet")
+
+
+def check_supernet(space) -> None:
+    """A space whose supernet is not a valid spec fails at load, at the ``oneshot`` field."""
+    try:
+        supernet(space)
+    except SpecError as exc:
+        raise SpecError([Problem("oneshot", f"the supernet is not a valid spec: {p.render(None)}")
+                         for p in exc.problems], str(space.source)) from None
+
+
+def subnet(net: ArchSpec, pattern: Sequence[int], loops: int | None = None) -> ArchSpec:
+    """The plain canonical spec of one sub-network: switch layer i runs option
+    ``pattern[i]``, every loop region runs ``loops`` times (None: its own T); no random
+    placement, no elastic depth. A loop schedule keeps its first ``loops`` iterations."""
+    assert net.is_canonical and len(pattern) == net.L
+    layers = tuple(l.model_copy(update={"mixer": l.mixer.options[p]}) if isinstance(l.mixer, SwitchSpec) else l
+                   for l, p in zip(net.layers, pattern))
+    regions = net.loops
+    if loops is not None:
+        regions = tuple(r.model_copy(update={"T": loops, "schedule": tuple(
+            o for o in r.schedule if o.iteration < loops)}) for r in net.loops)
+    names = ",".join(layer_label(l.mixer) for l in layers)
+    data = net.model_dump(mode="json")
+    data.update(name=f"{net.name.removesuffix('_supernet')}[{names}]" + (f"@T{loops}" if loops else ""),
+                layers=[l.model_dump(mode="json") for l in layers],
+                loops=[r.model_dump(mode="json") for r in regions], elastic=None, random_placement=None)
+    return resolve(ArchSpec.model_validate(data), "subnet")
+
+
+def layer_label(mixer) -> str:
+    window = getattr(mixer, "window", None)
+    return mixer.kind + (f"{window}" if window else "")
+
+
+def pattern_of(arch: ArchSpec, net: ArchSpec) -> list[int]:
+    """The option each layer of sub-network ``arch`` takes in supernet ``net``."""
+    out = []
+    for i, (sub, layer) in enumerate(zip(arch.layers, net.layers)):
+        if not isinstance(layer.mixer, SwitchSpec):
+            out.append(0)
+            continue
+        match = [j for j, o in enumerate(layer.mixer.options) if o == sub.mixer]
+        if not match:
+            raise ValueError(f"layer {i}: mixer {sub.mixer.kind!r} is none of the supernet's options")
+        out.append(match[0])
+    return out
+
+
+def candidate(space, trial) -> tuple[ArchSpec, dict[str, Any], dict[str, Any]]:
+    """A one-shot space's candidate: a sub-network chosen by ``layer{i}`` (a mixer name)
+    and ``T`` (a loop count, with ``oneshot.loops``) parameters."""
+    names, L = mixer_names(space), space.base["num_layers"]
+    params: dict[str, Any] = {f"layer{i}": trial.suggest_categorical(f"layer{i}", list(names)) for i in range(L)}
+    loops = None
+    if space.spec.oneshot.loops:
+        loops = params["T"] = trial.suggest_categorical("T", list(space.spec.oneshot.loops))
+    pattern = [names.index(params[f"layer{i}"]) for i in range(L)]
+    return subnet(supernet(space), pattern, loops), {}, params
+
+
+def trial_params(space, pattern: Sequence[int], loops: int | None) -> dict[str, Any]:
+    """The parameters :func:`candidate` reads back as ``pattern`` at ``loops``."""
+    names = mixer_names(space)
+    params: dict[str, Any] = {f"layer{i}": names[p] for i, p in enumerate(pattern)}
+    return params if loops is None else {**params, "T": loops}
+
+
+# ---------------------------------------------------------------- the search
+
+
+def exhaustive(counts_: Sequence[int]) -> list[tuple[int, ...]]:
+    """Every placement with ``counts_[i]`` layers of option i, in lexicographic order."""
+    items = [i for i, c in enumerate(counts_) for _ in range(c)]
+    if math.factorial(len(items)) > 5_000_000:
+        raise ValueError(f"{len(items)} layers: too many placements to list; use beam search")
+    return sorted(set(permutations(items)))
+
+
+def rule_placements(names: Sequence[str], counts_: Sequence[int]) -> list[tuple[int, ...]]:
+    """The rule-based placements (interleave, bookend, front, back) at these counts: the
+    beam's starting points."""
+    L = sum(counts_)
+    ratio = {n: c for n, c in zip(names, counts_) if c}
+    out = []
+    for rule in RULES:
+        hybrid = HybridSpec(ratio=ratio, placement=rule)
+        p = tuple(names.index(n) for n in placement(hybrid, L))
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def swaps(p: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Placements one move away: two layers with different mixers exchange them (the
+    counts stay the same)."""
+    out = set()
+    for i in range(len(p)):
+        for j in range(i + 1, len(p)):
+            if p[i] != p[j]:
+                q = list(p)
+                q[i], q[j] = q[j], q[i]
+                out.add(tuple(q))
+    return sorted(out)
+
+
+def beam_search(score: Callable[[State], float | None], start: Iterable[State],
+                neighbours: Callable[[State], Iterable[State]], width: int, depth: int
+                ) -> tuple[State, dict[State, float]]:
+    """Local beam search (higher score is better; None: failed, ranked last): score the
+    ``start`` states, keep the best ``width``; at each of at most ``depth`` steps score
+    every unseen neighbour of the beam and keep the best ``width`` of beam and neighbours;
+    stop early when no new state is seen or the beam stays the same. Returns the best
+    state and every score, each state scored once."""
+    seen: dict[State, float] = {}
+
+    def rank(states: Iterable[State]) -> list[State]:
+        for s in states:
+            if s not in seen:
+                value = score(s)
+                seen[s] = -math.inf if value is None or math.isnan(value) else value
+        return sorted(dict.fromkeys(states), key=lambda s: -seen[s])
+
+    beam = rank(list(start))[:width]
+    for _ in range(depth):
+        pool = list(dict.fromkeys([*beam, *(n for s in beam for n in neighbours(s))]))
+        if all(s in seen for s in pool):
+            break
+        nxt = rank(pool)[:width]
+        if nxt == beam:
+            break
+        beam = nxt
+    best = max(seen, key=lambda s: seen[s])
+    return best, seen
+
+
+__all__ = ["mixer_names", "counts", "loop_choices", "supernet_data", "supernet", "check_supernet",
+           "subnet", "pattern_of", "candidate", "trial_params", "exhaustive", "rule_placements",
+           "swaps", "beam_search", "uniform_in_spec"]

@@ -1,0 +1,205 @@
+"""A one-shot sweep: a sweep whose trials evaluate instead of train.
+
+The supernet is trained once (``EXP/supernet/``: the trainer's checkpoint and result).
+Then the search (beam or exhaustive, :mod:`nas.oneshot`) asks for sub-networks; each one,
+at each searched loop count, goes through the sweep driver like any candidate: the study
+gets its parameters (``layer{i}``, ``T``) as an enqueued trial, the gate prices it and
+records its canonical spec and cost sheet, and its quality is measured on the proxy's
+fixed eval batches with the supernet's weights (every switch fixed, the loop count
+fixed), in this process. The experiment directory is therefore the one every sweep
+writes; ``status``, ``report`` and ``export`` read it unchanged. At the end the front's
+sub-networks are extracted with their inherited weights into ``trials/<id>/``
+(``checkpoint.pt`` for ``export --with-weights`` and ``train --init-from``, ``spec.yaml``).
+"""
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+import yaml
+
+from builders.model import LoopLM, build_model
+from nas import oneshot as one
+from nas.space import Space
+from nas.spec import ArchSpec
+from runners.sweep.driver import Sweep
+from runners.sweep.front import front
+from runners.sweep.records import TRIALS, write_json
+from runners.tasks import make_task
+from runners.train import CHECKPOINT, eval_batches
+
+from .supernet import load_supernet, supernet_config, train_supernet
+from .weights import inherit
+
+SUMMARY = "oneshot.json"
+
+
+class BudgetSpent(Exception):
+    """The sweep's trial budget ran out before the search finished."""
+
+
+@torch.no_grad()
+def evaluate_subnet(model: LoopLM, task, batches: list, pattern: Sequence[int], loops: int | None
+                    ) -> dict[str, float]:
+    """Mean eval loss and task metrics of one sub-network: the supernet with every switch
+    fixed to ``pattern`` and every loop region run ``loops`` times."""
+    sums: dict[str, float] = {}
+    for x, y in batches:
+        h, _ = model.hidden(x, loops=loops, pattern=list(pattern))
+        logits = model.head(h).float()
+        ce = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100)
+        for key, value in {"eval_loss": ce.item(), **task.metrics(logits, y)}.items():
+            sums[key] = sums.get(key, 0.0) + value
+    return {key: value / len(batches) for key, value in sums.items()}
+
+
+def extract(model: LoopLM, net: ArchSpec, pattern: Sequence[int], loops: int | None
+            ) -> tuple[ArchSpec, LoopLM]:
+    """A sub-network as a plain model holding the supernet's weights."""
+    arch = one.subnet(net, pattern, loops)
+    sub = build_model(arch, backend=model.backend, device=next(model.parameters()).device)
+    left = inherit(sub, arch, model.state_dict(), net)
+    assert not left, f"tensors with no supernet counterpart: {left}"
+    return arch, sub.eval()
+
+
+def save_subnet(folder: Path, arch: ArchSpec, sub: LoopLM) -> None:
+    """``checkpoint.pt`` (spec and weights, as the trainer writes them) and ``spec.yaml``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = arch.model_dump(mode="json")
+    torch.save({"arch": data, "model": sub.state_dict()}, folder / CHECKPOINT)
+    (folder / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+class OneShotSearch:
+    """Evaluates sub-networks as trials of ``sweep``; see the module docstring."""
+
+    def __init__(self, sweep: Sweep, model: LoopLM, net: ArchSpec, task, batches: list,
+                 on_change: Callable[[], None] = lambda: None):
+        self.sweep, self.model, self.net, self.task, self.batches = sweep, model, net, task, batches
+        self.space: Space = sweep.space
+        self.metric = sweep.measured
+        self.on_change = on_change
+        self.patterns: dict[str, tuple[tuple[int, ...], int | None]] = {}  # trial id → subnet
+
+    def _key(self, params: dict) -> str:
+        return json.dumps(params, sort_keys=True)
+
+    def _done(self, params: dict):
+        key = self._key(params)
+        return next((r for r in self.sweep.records.values() if self._key(r.params) == key
+                     and r.status in ("complete", "duplicate", "infeasible", "failed")), None)
+
+    def quality(self, pattern: Sequence[int], loops: int | None) -> float | None:
+        """The sub-network's measured objective (a trial, run once)."""
+        params = one.trial_params(self.space, pattern, loops)
+        record = self._done(params)
+        while record is None:
+            if self.sweep.counted() >= self.sweep.total:
+                raise BudgetSpent
+            self.sweep.study.enqueue_trial(params, skip_if_exists=False)
+            self._next()
+            record = self._done(params)
+        self.patterns[record.duplicate_of or record.id] = (tuple(pattern), loops)
+        return record.values.get(self.metric.name)
+
+    def _next(self) -> None:
+        """Ask the study for its next trial (an enqueued one) and settle it."""
+        trial = self.sweep.study.ask()
+        job = self.sweep.gate(trial)
+        if job is not None:
+            record = self.sweep.records[job["id"]]
+            names = one.mixer_names(self.space)
+            pattern = [names.index(record.params[f"layer{i}"]) for i in range(self.net.L)]
+            start = time.time()
+            metrics = evaluate_subnet(self.model, self.task, self.batches, pattern, record.params.get("T"))
+            end = time.time()
+            self.sweep.finish(job["id"], {
+                "status": "complete", "measured": [{"k": None, "value": metrics[self.metric.metric],
+                                                    "metrics": metrics}],
+                "started": start, "finished": end, "wall_time": end - start, "node": socket.gethostname()})
+        self.on_change()
+
+    def score(self, pattern: Sequence[int]) -> float | None:
+        """A placement's score (higher is better): its quality at ``score_loops``; every
+        searched loop count is evaluated (each a trial)."""
+        loops = one.loop_choices(self.space)
+        k = self.space.spec.oneshot.search.score_loops or loops[-1]
+        values = {t: self.quality(pattern, t) for t in loops}
+        value = values[k]
+        return None if value is None else value if self.metric.direction == "maximize" else -value
+
+
+def planned(space: Space) -> int:
+    """Trials the search may run: every placement (exhaustive) or the beam's most."""
+    counts, nk = one.counts(space), len(one.loop_choices(space))
+    total = len(one.exhaustive(counts)) if sum(counts) <= 10 else None
+    search = space.spec.oneshot.search
+    if search.strategy == "exhaustive":
+        return total * nk
+    moves = len(one.swaps(tuple(i for i, c in enumerate(counts) for _ in range(c))))
+    beam = len(one.RULES) + (search.depth or sum(counts)) * search.width * moves
+    return min(beam, total or beam) * nk
+
+
+def search(space: Space, run: OneShotSearch) -> tuple[tuple[int, ...], dict]:
+    """Beam or exhaustive search over placements at the space's counts."""
+    s, counts = space.spec.oneshot.search, one.counts(space)
+    if s.strategy == "exhaustive":
+        scores = {p: run.score(p) for p in one.exhaustive(counts)}
+        ranked = {p: v for p, v in scores.items() if v is not None}
+        return max(ranked, key=ranked.get) if ranked else None, scores
+    start = one.rule_placements(one.mixer_names(space), counts)
+    depth = s.depth or sum(c for c in counts if c != max(counts)) or 1
+    return one.beam_search(run.score, start, one.swaps, s.width, depth)
+
+
+def run_oneshot(sweep: Sweep, out: Path, progress: bool = True,
+                on_change: Callable[[], None] = lambda: None) -> dict:
+    """Train the supernet, search, extract the front; returns the summary (also written
+    to ``EXP/oneshot.json``)."""
+    space = sweep.space
+    torch.set_grad_enabled(True)
+    t0 = time.perf_counter()
+    result = train_supernet(space, out / "supernet", progress=progress)
+    train_time = time.perf_counter() - t0
+    if result.status == "failed":
+        raise RuntimeError(f"the supernet's training failed: {result.reason}")
+    model, net = load_supernet(space, out / "supernet")
+    config = supernet_config(space)
+    task = make_task(config.task, **config.task_params)
+    run = OneShotSearch(sweep, model, net, task, eval_batches(task, config, torch.device(config.device)),
+                        on_change)
+    t1 = time.perf_counter()
+    spent = False
+    try:
+        best, scores = search(space, run)
+    except BudgetSpent:
+        spent, best, scores = True, None, {}
+    names = one.mixer_names(space)
+    extracted = []
+    for p in front(list(sweep.records.values()), sweep.objectives):
+        if p.trial in run.patterns:
+            arch, sub = extract(model, net, *run.patterns[p.trial])
+            save_subnet(out / TRIALS / p.trial, arch, sub)
+            extracted.append(p.trial)
+    summary = {
+        "supernet": {"steps": result.steps, "wall_time": result.wall_time or train_time,
+                     "final": result.final, "sampling": space.spec.oneshot.sampling},
+        "search": {"strategy": space.spec.oneshot.search.strategy, "evaluations": len(run.patterns),
+                   "wall_time": time.perf_counter() - t1, "budget_spent": spent},
+        "best": None if best is None else [names[i] for i in best],
+        "scores": {",".join(names[i] for i in p): v for p, v in scores.items()},
+        "extracted": extracted,
+    }
+    write_json(out / SUMMARY, summary)
+    return summary
+
+
+__all__ = ["evaluate_subnet", "extract", "save_subnet", "OneShotSearch", "search", "run_oneshot",
+           "planned", "SUMMARY", "BudgetSpent"]

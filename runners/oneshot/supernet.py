@@ -1,0 +1,82 @@
+"""Train a one-shot space's supernet with the proxy trainer, and load it back.
+
+The supernet trains like any proxy (``runners.train``: progress bar, checkpoints, resume):
+random placement resamples every switch each forward pass (``sampling: ratio``: exactly the
+base ratio's counts, LT2's sampler), elastic depth mixes the loop counts inside every update.
+``sampling: uniform`` draws every layer independently and uniformly over the mixers: by
+random placement's own ``uniform`` mode where the spec language has it, else by the
+:func:`uniform_patterns` rule set on the model here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from pydantic import ValidationError
+
+from builders.model import LoopLM, build_model
+from nas.oneshot import supernet, uniform_in_spec
+from nas.space import Space
+from nas.spec import ArchSpec, SwitchSpec
+from runners.tasks import make_task
+from runners.train import CHECKPOINT, TrainConfig, TrainResult, train, with_vocab
+
+RESULT = "result.json"
+
+
+class OneShotError(ValueError):
+    """A one-shot run cannot start (a usage problem): one line, exit code 2."""
+
+
+def supernet_config(space: Space) -> TrainConfig:
+    """The space's proxy settings with ``oneshot.train`` over them, checkpointing at every
+    evaluation (so an interrupted supernet resumes)."""
+    one = space.spec.oneshot
+    data = {**space.spec.proxy.model_dump(mode="json", exclude_none=True), **one.train}
+    if "steps" in one.train or "tokens" in one.train:
+        data = {k: v for k, v in data.items() if k not in ("steps", "tokens") or k in one.train}
+    data.update(seed=space.spec.search.seed, freeze_ffn=one.freeze_ffn)
+    data.setdefault("checkpoint_every", data.get("eval_every", 50))
+    if one.init_from is not None:
+        path = Path(one.init_from)
+        data["init_from"] = str(path if path.is_absolute() else space.source.parent / path)
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(map(str, e["loc"]))
+        raise OneShotError(f"{space.source}: oneshot.train / proxy{'.' + where if where else ''}: "
+                           f"{e['msg']}") from None
+
+
+def uniform_patterns(model: LoopLM) -> None:
+    """Every switch layer draws its option uniformly and independently each forward pass
+    (the torch RNG: a resumed run continues the same draws)."""
+    sizes = [len(l.mixer.options) if isinstance(l.mixer, SwitchSpec) else 1 for l in model.arch.layers]
+    model._pattern = lambda: [int(torch.randint(n, ())) for n in sizes]
+
+
+def train_supernet(space: Space, out: Path, progress: bool = True) -> TrainResult:
+    """Train (or finish training) the supernet in ``out``; a finished one is read back."""
+    if (out / RESULT).is_file() and (out / CHECKPOINT).is_file():
+        return TrainResult.model_validate_json((out / RESULT).read_text())
+    config = supernet_config(space).model_copy(update={"progress": progress})
+    net = supernet(space)
+    setup = uniform_patterns if space.spec.oneshot.sampling == "uniform" and not uniform_in_spec() else None
+    resume = out / CHECKPOINT if (out / CHECKPOINT).is_file() else None
+    return train(net, config, out_dir=out, resume=resume, setup=setup)
+
+
+def load_supernet(space: Space, out: Path) -> tuple[LoopLM, ArchSpec]:
+    """The trained supernet (eval mode) and its canonical spec at the task's vocabulary."""
+    config = supernet_config(space)
+    task = make_task(config.task, **config.task_params)
+    arch = with_vocab(supernet(space), task.vocab_size)
+    model = build_model(arch, backend=config.backend, device=config.device)
+    ckpt = torch.load(out / CHECKPOINT, map_location=config.device, weights_only=False)
+    model.load_state_dict(ckpt["model"])
+    return model.eval(), arch
+
+
+__all__ = ["OneShotError", "supernet_config", "uniform_patterns", "train_supernet", "load_supernet",
+           "RESULT"]
