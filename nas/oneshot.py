@@ -94,9 +94,9 @@ def subnet(net: ArchSpec, pattern: Sequence[int], loops: int | None = None) -> A
     if loops is not None:
         regions = tuple(r.model_copy(update={"T": loops, "schedule": tuple(
             o for o in r.schedule if o.iteration < loops)}) for r in net.loops)
-    names = ",".join(layer_label(l.mixer) for l in layers)
+    names = "-".join(layer_label(l.mixer) for l in layers)
     data = net.model_dump(mode="json")
-    data.update(name=f"{net.name.removesuffix('_supernet')}[{names}]" + (f"@T{loops}" if loops else ""),
+    data.update(name=f"{net.name.removesuffix('_supernet')}_{names}" + (f"_T{loops}" if loops else ""),
                 layers=[l.model_dump(mode="json") for l in layers],
                 loops=[r.model_dump(mode="json") for r in regions], elastic=None, random_placement=None)
     return resolve(ArchSpec.model_validate(data), "subnet")

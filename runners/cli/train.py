@@ -103,6 +103,20 @@ def check_task(config) -> None:
         raise UsageError(f"task {config.task!r}: {exc}") from None
 
 
+def check_init(path: Path) -> Path:
+    """A readable loopnas checkpoint, or a usage error naming what is wrong with it."""
+    from runners.oneshot.weights import load_source
+
+    if not path.is_file():
+        raise UsageError(f"--init-from {path}: no such file (a checkpoint.pt of a run, a supernet "
+                         "or an extracted sub-network)")
+    try:
+        load_source(path)
+    except Exception as exc:  # a foreign or torn file: torch raises many kinds
+        raise UsageError(f"--init-from {path}: {exc}") from None
+    return path
+
+
 def report(result) -> Table:
     table = Table(title=f"{result.arch.name} on {result.task}: {result.status}"
                         + (f" ({result.reason})" if result.reason else ""))
@@ -138,6 +152,10 @@ def train_cmd(
     resume: Annotated[Path | None, typer.Option(
         "--resume", help="Continue the run saved in DIR (its checkpoint.pt: spec and config "
                          "included); --steps or --tokens extends it.")] = None,
+    init_from: Annotated[Path | None, typer.Option(
+        "--init-from", help="Start from the corresponding weights of a checkpoint: a trained "
+                            "run's, a one-shot supernet's, or a sub-network extracted from one "
+                            "(EXP/trials/<id>/checkpoint.pt).")] = None,
 ) -> None:
     """Train a proxy of SPEC on a task and report its quality. With --out, a checkpoint is
     written at every evaluation, so an interrupted run continues with --resume.
@@ -147,9 +165,12 @@ def train_cmd(
       loopnas train tiny_mixerloop --task state_tracking --set curriculum.stage_steps=300 --json
       loopnas train tiny_elr --task lm --set task.data_files=corpus.txt --tokens 200000 --out runs/elr
       loopnas train --resume runs/elr --tokens 400000
+      loopnas train runs/os/trials/t0024/spec.yaml --task mqar --init-from runs/os/trials/t0024/checkpoint.pt
     """
     if steps is not None and tokens is not None:
         raise UsageError("give --steps or --tokens, not both")
+    if init_from is not None and resume is not None:
+        raise UsageError("--resume continues a run with its own weights; drop --init-from")
     if resume is not None:
         arch, config = resumed(resume, spec, task, steps, tokens, sets)
         out = resume
@@ -160,6 +181,8 @@ def train_cmd(
         config = make_config(task, steps, tokens, seed, sets or [])
         if out is not None and config.checkpoint_every is None:
             config = config.model_copy(update={"checkpoint_every": config.eval_every})
+        if init_from is not None:
+            config = config.model_copy(update={"init_from": str(check_init(init_from))})
     check_task(config)
 
     import torch
