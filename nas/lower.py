@@ -11,7 +11,7 @@ import typing
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import Problem, SpecError, fail, format_path, from_validation_error, suggest
-from .placement import placement, ratio_counts
+from .placement import option_weights, placement, ratio_counts
 from .spec import (
     FFN_KINDS, MAX_APPLICATIONS, MIXER_KINDS, ArchSpec, AttnSpec, DSASpec, FFNSpec, HybridSpec, IterOverride,
     LayerSpec, LoopRegion, LoopSugar, Mamba2Spec, MixerSpec, ModelSpec, MoESpec,
@@ -131,6 +131,9 @@ def _check_explicit_ratio(hybrid: HybridSpec, names: list[str]) -> None:
 
 def _hybrid_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
     hybrid, L = spec.hybrid, spec.num_layers
+    if hybrid.sampling != "ratio" and hybrid.placement != "random":
+        raise fail("hybrid.sampling", "applies only to placement: random (how each random "
+                   "pattern is drawn); remove it or set placement: random")
     ffn = spec.layer.ffn if spec.layer is not None else SwiGLUSpec()
     if hybrid.placement == "random":
         if len(hybrid.ratio) < 2:
@@ -303,6 +306,18 @@ def lower_loop(sugar: LoopSugar, layers, path: str = "loop") -> list[LoopRegion]
     return [_region(x, x, sugar, _schedule(sugar, x, x, layers, path, strict=False)) for x in addrs]
 
 
+def _weighted(layers: tuple[LayerSpec, ...], rp: HybridSpec | None) -> tuple[LayerSpec, ...]:
+    """Switch layers with their option weights written out (the probabilities random
+    placement runs each option with); weights already written are kept, and validation
+    checks them against ``rp``."""
+    if rp is None or not any(isinstance(l.mixer, SwitchSpec) and l.mixer.weights is None for l in layers):
+        return layers
+    w = option_weights(rp, len(layers))
+    return tuple(l.model_copy(update={"mixer": l.mixer.model_copy(update={"weights": w})})
+                 if isinstance(l.mixer, SwitchSpec) and l.mixer.weights is None
+                 and len(l.mixer.options) == len(w) else l for l in layers)
+
+
 def lower(spec: ArchSpec) -> ArchSpec:
     """The canonical form of ``spec`` (idempotent), at the sizes written. A ``match``
     block is not lowering: :func:`nas.load.resolve` solves it after validation (lower →
@@ -316,12 +331,12 @@ def lower(spec: ArchSpec) -> ArchSpec:
     regions = list(spec.loops)
     for j, s in enumerate(sugars):
         regions += lower_loop(s, layers, "loop" if isinstance(spec.loop, LoopSugar) else f"loop[{j}]")
+    rp = spec.hybrid if spec.hybrid and spec.hybrid.placement == "random" else spec.random_placement
     return ArchSpec(
         name=spec.name, description=spec.description,
         model=spec.model.model_copy(update={"defaults": {}}),
-        layers=layers, loops=tuple(regions), elastic=spec.elastic, kv_policy=spec.kv_policy,
-        random_placement=spec.hybrid if spec.hybrid and spec.hybrid.placement == "random"
-        else spec.random_placement,
+        layers=_weighted(layers, rp), loops=tuple(regions), elastic=spec.elastic,
+        kv_policy=spec.kv_policy, random_placement=rp,
     )
 
 

@@ -1,8 +1,8 @@
 """Hybrid placement: which mixer name each layer gets for a ratio and a placement rule.
 
-A leaf module (specs and errors only): lowering writes layers with it, and the cost model
-and the executor read random placement's per-layer counts from it, without importing
-each other.
+A leaf module (specs and errors only): lowering writes layers and switch weights with it,
+validation checks them, and the executor's sampler reads random placement's per-layer
+counts from it, without importing each other.
 """
 from __future__ import annotations
 
@@ -61,4 +61,17 @@ def placement(hybrid: HybridSpec, L: int) -> list[str]:
     return [n if n is not None else majority for n in names]
 
 
-__all__ = ["ratio_counts", "placement"]
+def option_weights(rp: HybridSpec, L: int) -> tuple[float, ...]:
+    """Probability that a switch layer runs option i (options in ratio order) under random
+    placement over ``L`` layers. ``ratio`` sampling: a pattern is a uniformly random
+    permutation of ``ratio_counts(ratio, L)`` names, so name i lands in any given layer with
+    probability ``count_i / L``. ``uniform``: each layer draws name i with probability
+    ``ratio_i / Σ ratio``."""
+    if rp.sampling == "uniform":
+        total = sum(rp.ratio.values())
+        return tuple(r / total for r in rp.ratio.values())
+    counts = ratio_counts(rp.ratio, L)
+    return tuple(counts[name] / L for name in rp.ratio)
+
+
+__all__ = ["ratio_counts", "placement", "option_weights"]

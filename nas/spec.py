@@ -186,16 +186,37 @@ class ParallelSpec(Spec):
     combine: Literal["mean", "sum", "concat"] = "mean"
 
 
+# switch weights: how far from 1 their sum may be (YAML-written thirds, float rounding)
+WEIGHT_TOLERANCE = 1e-6
+
+
 class SwitchSpec(Spec):
-    """A layer that holds several mixers and runs one of them per step.
+    """A layer that holds several mixers and runs one of them per forward pass.
 
     The lowering of ``placement: random`` (LT2 §3.3): the hybrid pattern is resampled
-    every training step at the hybrid ratio, and evaluation averages ``eval_samples``
-    sampled patterns.
+    every forward pass in training, and evaluation averages ``eval_samples`` sampled
+    patterns. ``weights[i]`` is the probability that option i runs in this layer, the
+    one figure the cost model and the placement sampler both read; lowering fills it from
+    ``random_placement`` (see :func:`nas.placement.option_weights`).
     """
 
     kind: Literal["switch"] = "switch"
     options: tuple[BaseMixer, ...] = Field(min_length=2)
+    weights: tuple[NonNegFloat, ...] | None = None
+
+    @field_validator("weights")
+    @classmethod
+    def _a_distribution(cls, weights, info: ValidationInfo):
+        options = info.data.get("options")
+        if weights is None:
+            return weights
+        if options is not None and len(weights) != len(options):
+            raise ValueError(f"{len(weights)} weights for {len(options)} options; give one "
+                             "probability per option, in option order")
+        if abs(sum(weights) - 1) > WEIGHT_TOLERANCE:
+            raise ValueError(f"weights sum to {sum(weights):g}, not 1; they are the "
+                             "probabilities that each option runs")
+        return weights
 
 
 def sub_mixers(op) -> tuple[str, tuple] | None:
@@ -436,12 +457,18 @@ class ElasticSpec(Spec):
 class HybridSpec(Spec):
     """Hybrid sugar: ``ratio`` over mixer names (a kind, or a key of ``mixers``) and a
     ``placement``: ``interleave``, ``bookend``, ``front``, ``back``, ``random``, or an
-    explicit per-layer list of names."""
+    explicit per-layer list of names.
+
+    ``sampling`` (``placement: random`` only): ``ratio`` draws each pattern as a
+    permutation at exactly the ratio's layer counts (LT2, PostNAS); ``uniform`` lets every
+    layer pick its mixer on its own, name i with probability ``ratio[i] / Σ ratio`` (a
+    one-shot supernet's uniform path sampling)."""
 
     ratio: dict[str, PositiveInt] = Field(min_length=1)
     placement: Literal["interleave", "bookend", "front", "back", "random"] | tuple[str, ...] = "interleave"
     mixers: dict[str, MixerSpec] = Field(default_factory=dict)
     eval_samples: PositiveInt = 5
+    sampling: Literal["ratio", "uniform"] = "ratio"
 
 
 class MatchSpec(Spec):
@@ -481,7 +508,9 @@ class ArchSpec(Spec):
     def is_canonical(self) -> bool:
         return (self.layers is not None and self.num_layers is None and self.layer is None
                 and self.hybrid is None and self.loop is None and self.match is None
-                and not self.model.defaults)
+                and not self.model.defaults
+                and all(not isinstance(l.mixer, SwitchSpec) or l.mixer.weights is not None
+                        for l in self.layers))
 
     @property
     def L(self) -> int:

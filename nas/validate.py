@@ -8,10 +8,11 @@ from __future__ import annotations
 import math
 
 from .errors import Problem
+from .placement import option_weights
 from .plan import application_cap_problem
 from .spec import (
-    ArchSpec, AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, LoopRegion, Mamba2Spec,
-    MoESpec, NSASpec, SwitchSpec, sub_mixers,
+    WEIGHT_TOLERANCE, ArchSpec, AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, LoopRegion,
+    Mamba2Spec, MoESpec, NSASpec, SwitchSpec, sub_mixers,
 )
 
 
@@ -67,6 +68,31 @@ def mixer_problems(m, width: int, path: str) -> list[Problem]:
         out.append(Problem(f"{path}.head_dim", f"head_dim={m.head_dim} must be even for rope "
                            "(or set rope_theta: null)"))
     return out
+
+
+def switch_problems(arch: ArchSpec, m: SwitchSpec, path: str, expected: tuple[float, ...] | None
+                    ) -> list[Problem]:
+    """A switch runs option i with probability ``weights[i]`` in the executor's sampler and
+    in the cost model alike; random placement (ratio, sampling) must draw exactly those
+    (``expected``: :func:`nas.placement.option_weights`)."""
+    rp = arch.random_placement
+    if rp is None:
+        return [Problem(path, "a switch mixer needs random_placement (written by hybrid "
+                              "placement: random)")]
+    if len(rp.ratio) != len(m.options):
+        return [Problem(f"{path}.options", f"{len(m.options)} options but random_placement.ratio "
+                        f"names {len(rp.ratio)} mixers; give one ratio entry per option, in "
+                        "option order")]
+    if m.weights is None:
+        return [Problem(f"{path}.weights", "missing: the probability of each option; lower the "
+                        "spec (nas.lower) to fill it from random_placement")]
+    if any(abs(a - b) > WEIGHT_TOLERANCE for a, b in zip(m.weights, expected)):
+        fmt = lambda w: "(" + ", ".join(f"{x:.6g}" for x in w) + ")"
+        return [Problem(f"{path}.weights", f"{fmt(m.weights)} but random_placement (ratio "
+                        f"{':'.join(map(str, rp.ratio.values()))}, sampling {rp.sampling}, "
+                        f"{arch.L} layers) runs the options with probabilities {fmt(expected)}; "
+                        "write those or leave weights out so lowering fills them")]
+    return []
 
 
 def region_problems(arch: ArchSpec, r: LoopRegion, path: str, moe_before: list[int] | None = None
@@ -151,18 +177,12 @@ def loop_problems(arch: ArchSpec) -> list[Problem]:
 def validate(arch: ArchSpec) -> list[Problem]:
     """Every problem with a canonical spec (empty list: valid)."""
     out: list[Problem] = []
+    rp = arch.random_placement
+    expected = option_weights(rp, arch.L) if rp is not None else None
     for i, layer in enumerate(arch.layers):
         out += mixer_problems(layer.mixer, arch.model.width, f"layers[{i}].mixer")
-        has_switch = isinstance(layer.mixer, SwitchSpec)
-        if has_switch and arch.random_placement is None:
-            out.append(Problem(f"layers[{i}].mixer", "a switch mixer needs random_placement "
-                               "(written by hybrid placement: random)"))
-        elif has_switch and len(arch.random_placement.ratio) != len(layer.mixer.options):
-            # the executor draws option i at random_placement.ratio's i-th count, and the
-            # cost model weighs option i the same way: one name per option
-            out.append(Problem(f"layers[{i}].mixer.options", f"{len(layer.mixer.options)} options "
-                               f"but random_placement.ratio names {len(arch.random_placement.ratio)} "
-                               "mixers; give one ratio entry per option, in option order"))
+        if isinstance(layer.mixer, SwitchSpec):
+            out += switch_problems(arch, layer.mixer, f"layers[{i}].mixer", expected)
     loop_out = loop_problems(arch)
     out += loop_out
     # Well-formed regions (disjoint or nested, inside the model) make the plan a tree in
@@ -181,4 +201,4 @@ def validate(arch: ArchSpec) -> list[Problem]:
     return out
 
 
-__all__ = ["validate", "mixer_problems", "loop_problems", "overlap_problems"]
+__all__ = ["validate", "mixer_problems", "switch_problems", "loop_problems", "overlap_problems"]

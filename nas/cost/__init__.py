@@ -20,8 +20,9 @@ Conventions, derived where each quantity is computed:
 - FLOPs are per token of one forward pass. ``loops=k`` replaces every region's ``T`` by
   ``k``, as :func:`nas.plan.plan` does.
 - A ``switch`` mixer (random placement) costs the *expected* FLOPs of its options, each
-  weighted by the probability ``count/L`` that a resampled pattern puts it in a layer; its
-  memory is the *largest* option's, the amount to provision.
+  weighted by its canonical ``weights`` entry: the probability that the placement sampler
+  runs it in that layer (``count/L`` for ratio sampling, ``ratio_i/Σ ratio`` for uniform);
+  its memory is the *largest* option's, the amount to provision.
 
 Parameter names match the compiled model: ``embed``, ``lm_head`` (untied only),
 ``layers.{i}.mixer_norm``, ``layers.{i}.mixer``, ``layers.{i}.ffn_norm``,

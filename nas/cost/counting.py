@@ -7,7 +7,6 @@ import itertools
 import math
 from typing import NamedTuple
 
-from ..placement import ratio_counts
 from ..plan import flat_counts, iteration_overrides
 from ..spec import ArchSpec, AttnSpec, DSASpec, NSASpec, Spec, SwitchSpec
 
@@ -95,24 +94,18 @@ def mixer_settings(arch: ArchSpec, layer: int, c: Counts) -> list[tuple[int, Spe
     return [(k, with_override(mixer, w, tk)) for (w, tk), k in runs.items()]
 
 
-def switch_weights(arch: ArchSpec) -> tuple[float, ...] | None:
-    """Probability of each switch option in a layer: a resampled pattern is a random
-    permutation of ``ratio_counts(ratio, L)`` names, so option i lands in a given layer
-    with probability ``count_i / L`` (options are in ratio order)."""
-    rp = arch.random_placement
-    if rp is None:
-        return None
-    n = ratio_counts(rp.ratio, len(arch.layers))
-    return tuple(n[name] / len(arch.layers) for name in rp.ratio)
+def switch_weights(arch: ArchSpec) -> tuple[tuple[float, ...] | None, ...]:
+    """Per layer, the probability of each switch option (its canonical ``weights``, which
+    validation ties to random placement); None for a layer that is not a switch."""
+    return tuple(l.mixer.weights if isinstance(l.mixer, SwitchSpec) else None for l in arch.layers)
 
 
-def layer_choices(mixer: Spec, weights: tuple[float, ...] | None) -> tuple[tuple[float, Spec], ...]:
-    """``(probability, op)`` pairs a layer's mixer runs as: itself, or a switch's options."""
+def layer_choices(mixer: Spec) -> tuple[tuple[float, Spec], ...]:
+    """``(probability, op)`` pairs a layer's mixer runs as: itself, or a switch's options
+    at the switch's weights."""
     if not isinstance(mixer, SwitchSpec):
         return ((1.0, mixer),)
-    k = len(mixer.options)
-    if weights is not None and len(weights) != k:
-        raise ValueError(f"a switch with {k} options and {len(weights)} random-placement "
-                         "weights; validate the spec (nas.validate) before pricing it")
-    return tuple(zip(weights if weights is not None else (1 / k,) * k, mixer.options))
-
+    if mixer.weights is None:
+        raise ValueError("a switch without weights; lower and validate the spec (nas.resolve) "
+                         "before pricing it")
+    return tuple(zip(mixer.weights, mixer.options))

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from ..elastic import expected, phases
 from ..plan import check_loops, max_loops
 from ..spec import ArchSpec, MoESpec, NoFFNSpec, Spec, SwitchSpec
-from .counting import _CACHE, Counts, _key, counts, layer_choices, mixer_settings, switch_weights
+from .counting import _CACHE, Counts, _key, counts, layer_choices, mixer_settings
 from .ops import op_active_params, op_kv_elements, op_params, op_seq_flops, op_state_elements
 
 DEFAULT_SEQ_LEN = 1024
@@ -147,7 +147,7 @@ def _layer_profiles(arch: ArchSpec, n: int) -> list[tuple[_Profile | None, _Prof
              _profile(l.ffn, d, n)) for i, l in enumerate(arch.layers)]
 
 
-def _general_mixer_row(arch: ArchSpec, i: int, c: Counts, n: int, nbytes: int, weights) -> OpCost:
+def _general_mixer_row(arch: ArchSpec, i: int, c: Counts, n: int, nbytes: int) -> OpCost:
     """A mixer whose applications differ (schedule overrides) or that is a switch.
 
     KV: ``per_loop`` keeps a cache per application, ``last_loop`` one per layer sized for
@@ -157,7 +157,7 @@ def _general_mixer_row(arch: ArchSpec, i: int, c: Counts, n: int, nbytes: int, w
     proj = seq = 0.0
     kv_apps = kv_max = state = 0
     for share, op in mixer_settings(arch, i, c):
-        profiles = [(w, _profile(ch, d, n)) for w, ch in layer_choices(op, weights)]
+        profiles = [(w, _profile(ch, d, n)) for w, ch in layer_choices(op)]
         proj += share * sum(w * 2 * p.active for w, p in profiles)
         seq += share * sum(w * p.seq for w, p in profiles)
         kv = max(p.kv for _, p in profiles)
@@ -176,7 +176,7 @@ def _ffn_flops(op: Spec, d: int, c: Counts, layer: int, active: int) -> float:
     return 2.0 * (c.apps[f] * active - (c.apps[f] - c.routed[f]) * router)
 
 
-def _figures(arch: ArchSpec, loops: int | None, n: int, nbytes: int, weights,
+def _figures(arch: ArchSpec, loops: int | None, n: int, nbytes: int,
              profiles: list[tuple[_Profile | None, _Profile]]) -> Figures:
     """One pass over the layers at a loop count; same KV/state rules as
     :func:`_general_mixer_row`, with every application of a mixer alike."""
@@ -188,7 +188,7 @@ def _figures(arch: ArchSpec, loops: int | None, n: int, nbytes: int, weights,
     for i, (mp, fp) in enumerate(profiles):
         apps = c.apps[2 * i]
         if mp is None:
-            row = _general_mixer_row(arch, i, c, n, nbytes, weights)
+            row = _general_mixer_row(arch, i, c, n, nbytes)
         else:
             row = OpCost(i, "mixer", layers[i].mixer.kind, mp.params, apps, 2.0 * apps * mp.active,
                          apps * mp.seq, mp.kv * (apps if kv_runs else 1) * nbytes, apps * mp.state * nbytes)
@@ -208,12 +208,12 @@ def projection_flops(arch: ArchSpec, loops: int | None = None) -> ProjectionFlop
     docstring. Raises ValueError for a loop count the model cannot run
     (:func:`nas.plan.loop_count_problem`)."""
     check_loops(arch, loops)
-    d, c, weights, scheduled = arch.model.width, counts(arch, loops), switch_weights(arch), _scheduled(arch)
+    d, c, scheduled = arch.model.width, counts(arch, loops), _scheduled(arch)
     mixer = ffn = 0.0
     for i, layer in enumerate(arch.layers):
         if i in scheduled or isinstance(layer.mixer, SwitchSpec):
             for share, op in mixer_settings(arch, i, c):
-                mixer += share * sum(w * 2 * _static(ch, d).active for w, ch in layer_choices(op, weights))
+                mixer += share * sum(w * 2 * _static(ch, d).active for w, ch in layer_choices(op))
         else:
             mixer += 2 * c.apps[2 * i] * _static(layer.mixer, d).active
         ffn += _ffn_flops(layer.ffn, d, c, i, _static(layer.ffn, d).active)
@@ -320,14 +320,14 @@ def cost(arch: ArchSpec, seq_len: int = DEFAULT_SEQ_LEN, dtype: str = "bf16",
     costs twice the forward: gradients with respect to activations and to weights)."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype {dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
-    nbytes, weights = DTYPE_BYTES[dtype], switch_weights(arch)
+    nbytes = DTYPE_BYTES[dtype]
     profiles = _layer_profiles(arch, seq_len)
     by_t: dict[tuple[int, ...], Figures] = {}
 
     def fig(k: int | None) -> Figures:
         ts = tuple(r.T if k is None else k for r in arch.loops)
         if ts not in by_t:
-            by_t[ts] = _figures(arch, k, seq_len, nbytes, weights, profiles)
+            by_t[ts] = _figures(arch, k, seq_len, nbytes, profiles)
         return by_t[ts]._replace(loops=k)
 
     main = fig(None)
