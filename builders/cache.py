@@ -17,6 +17,8 @@ Tensors the layer keeps are stored under names starting ``kv.`` (KV cache: keys,
 indexer keys, compressed blocks) or ``state.`` (recurrent state, conv tails);
 :func:`cache_nbytes` counts them for the cost model's ``kv_cache_bytes`` / ``state_bytes``.
 Other entries (``pos``, Python scalars) are bookkeeping and hold no memory worth pricing.
+A composite mixer (parallel branches, a switch) keeps one sub-dict per branch or option
+under its own entries; :func:`cache_nbytes` counts them too.
 """
 from __future__ import annotations
 
@@ -24,9 +26,13 @@ import torch
 
 
 def cache_nbytes(cache: dict) -> dict[str, int]:
-    """Bytes held by one layer's cache dict: ``{"kv": ..., "state": ...}``."""
+    """Bytes held by one layer's cache dict and its sub-dicts: ``{"kv": ..., "state": ...}``."""
     out = {"kv": 0, "state": 0}
     for name, value in cache.items():
+        if isinstance(value, dict):
+            for kind, n in cache_nbytes(value).items():
+                out[kind] += n
+            continue
         if not isinstance(value, torch.Tensor):
             continue
         kind = name.split(".", 1)[0]
@@ -40,4 +46,10 @@ def cache_pos(cache: dict) -> int:
     return int(cache.get("pos", 0))
 
 
-__all__ = ["cache_nbytes", "cache_pos"]
+def advance(cache: dict, t: int, commit: bool) -> None:
+    """Count ``t`` more tokens seen, when the call commits."""
+    if commit:
+        cache["pos"] = cache_pos(cache) + t
+
+
+__all__ = ["advance", "cache_nbytes", "cache_pos"]

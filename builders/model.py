@@ -7,6 +7,7 @@ regions with a shared residual gate), ``loops.{r}.*`` (per-region extras).
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -22,6 +23,7 @@ from nas.spec import ArchSpec, MoESpec, NoFFNSpec, NormSpec, ParallelSpec, Switc
 
 from . import ops_registry  # noqa: F401  (registers every op builder)
 from .layers import fla_runtime
+from .inference import InferenceCache, KVPolicy
 from .loops import LoopExtras
 from .sampling import sample_pattern
 from .registry import BuildCtx, build_op
@@ -65,14 +67,21 @@ class Block(nn.Module):
 
 
 class _Run:
-    """Per-forward state: current iteration of each enclosing loop, MoE routings to
-    replay, accumulated auxiliary loss, the sampled random-placement pattern."""
+    """Per-forward state: current iteration (and count) of each enclosing loop, MoE
+    routings to replay, accumulated auxiliary loss, the sampled random-placement pattern,
+    the inference cache when decoding."""
 
-    def __init__(self, pattern: list[int] | None):
+    def __init__(self, pattern: list[int] | None, cache: InferenceCache | None = None):
         self.iters: dict[int, int] = {}
+        self.counts: dict[int, int] = {}
         self.replay: dict[tuple[int, int], object] = {}
         self.aux: list[torch.Tensor] = []
         self.pattern = pattern
+        self.cache = cache
+
+    def final(self) -> bool:
+        """Whether every enclosing loop is in its last iteration."""
+        return all(t == self.counts[r] - 1 for r, t in self.iters.items())
 
 
 class LoopLM(nn.Module):
@@ -164,6 +173,8 @@ class LoopLM(nn.Module):
             option = run.pattern[addr.layer] if run.pattern is not None else 0
             if isinstance(spec, SwitchSpec):
                 kw["option"] = option
+            if run.cache is not None:
+                kw["cache"], kw["commit"] = run.cache.mixer_cache(addr.layer, tuple(run.iters.items()), run.final())
             h = block.run_mixer(h, **kw)
             self._collect_aux(block.mixer, spec, option, run.aux)
             return h
@@ -183,6 +194,7 @@ class LoopLM(nn.Module):
     def _loop(self, node: Loop, h: torch.Tensor, run: _Run) -> torch.Tensor:
         extras, e = self.loops[node.index], h
         rho = getattr(self, "rho", None)
+        run.counts[node.index] = node.T
         for t in range(node.T):
             run.iters[node.index] = t
             out = self._run(node.body, extras.enter(h, e, t, node.T), run)
@@ -200,8 +212,9 @@ class LoopLM(nn.Module):
         return sample_pattern(self.arch, len(self.layers))
 
     def hidden(self, input_ids: torch.Tensor, loops: int | None = None,
-               pattern: list[int] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        run = _Run(pattern)
+               pattern: list[int] | None = None, cache: InferenceCache | None = None
+               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        run = _Run(pattern, cache)
         h = self._run(self.plan(loops), self.embed(input_ids), run)
         return self.norm(h), run.aux
 
@@ -224,6 +237,63 @@ class LoopLM(nn.Module):
         loss = ce + aux_loss if aux_loss is not None else ce
         return LMOutput(logits=logits, loss=loss, ce_loss=ce, aux_loss=aux_loss)
 
+    # ------------------------------------------------------------ decoding
+
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor, loops: int | None = None,
+                pattern: list[int] | None = None, kv_policy: KVPolicy | None = None
+                ) -> tuple[torch.Tensor, InferenceCache]:
+        """Run the prompt ``input_ids`` (B, t) and return its logits (B, t, V) and the cache
+        that :meth:`decode` continues. ``loops``: as in :meth:`forward`, kept for the whole
+        session. ``pattern``: the option of every switch layer (random placement), one
+        pattern for the whole session, sampled once when None (no voting while decoding).
+        ``kv_policy``: the spec's when None."""
+        self._check_decodable()
+        if pattern is None:
+            pattern = self._pattern()
+        elif self.arch.random_placement is None:
+            raise ValueError("pattern is for random-placement (switch) models; this model has none")
+        cache = InferenceCache(self.arch, loops, pattern, kv_policy or self.arch.kv_policy)
+        return self.decode(cache, input_ids), cache
+
+    @torch.no_grad()
+    def decode(self, cache: InferenceCache, input_ids: torch.Tensor) -> torch.Tensor:
+        """Logits (B, t, V) of the next ``t`` tokens (usually 1) after those ``cache`` has
+        seen, appending them to it."""
+        h, _ = self.hidden(input_ids, cache.loops, cache.pattern, cache)
+        cache.pos += input_ids.shape[1]
+        return self.head(h)
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None,
+                 loops: int | None = None, pattern: list[int] | None = None) -> torch.Tensor:
+        """Prompt plus ``max_new_tokens`` tokens (B, prompt + new): greedy at temperature 0,
+        else sampled from softmax(logits / temperature), restricted to the ``top_k`` most
+        likely tokens when given. A random-placement model samples its pattern once (from
+        ``generator`` when that is a CPU generator) unless ``pattern`` is given."""
+        if pattern is None and self.arch.random_placement is not None:
+            cpu = generator is not None and generator.device.type == "cpu"
+            pattern = sample_pattern(self.arch, len(self.layers), generator if cpu else None)
+        logits, cache = self.prefill(input_ids, loops, pattern)
+        out = [input_ids]
+        for i in range(max_new_tokens):
+            out.append(_next_token(logits[:, -1], temperature, top_k, generator))
+            if i + 1 < max_new_tokens:
+                logits = self.decode(cache, out[-1])
+        return torch.cat(out, dim=1)
+
+    def _check_decodable(self) -> None:
+        """Every mixer takes the decoding ``cache`` (one clear error instead of a TypeError
+        deep in the plan)."""
+        for i, block in enumerate(self.layers):
+            leaves = getattr(block.mixer, "branches", None) or getattr(block.mixer, "options", None) or [block.mixer]
+            for leaf in leaves:
+                if "cache" not in inspect.signature(leaf.forward).parameters:
+                    raise NotImplementedError(
+                        f"layers.{i}.mixer: {type(leaf).__name__} does not support incremental "
+                        f"decoding yet (its forward takes no cache)")
+
     def _vote(self, input_ids, loops, samples: int):
         """LT2's random placement at evaluation: average the predictive distributions of
         ``samples`` sampled patterns (returned as log-probabilities)."""
@@ -233,6 +303,18 @@ class LoopLM(nn.Module):
             probs = probs + torch.softmax(self.head(h).float(), dim=-1) / samples
             aux += a
         return torch.log(probs.clamp_min(1e-30)), aux
+
+
+def _next_token(logits: torch.Tensor, temperature: float, top_k: int | None,
+                generator: torch.Generator | None) -> torch.Tensor:
+    """(B, V) logits -> (B, 1) next tokens: argmax at temperature 0, else a sample."""
+    if temperature <= 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, -torch.inf)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator)
 
 
 def resolve_backend(backend: str, device) -> Literal["torch", "fla"]:

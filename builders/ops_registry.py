@@ -89,7 +89,12 @@ def _moe(spec: MoESpec, ctx: BuildCtx) -> nn.Module:
 
 
 class Parallel(nn.Module):
-    """Branches on the same input, combined by mean, sum, or concat + linear ``proj``."""
+    """Branches on the same input, combined by mean, sum, or concat + linear ``proj``.
+
+    Decoding (:mod:`builders.cache`): branch ``i`` reads ``cache["branches.{i}"]``;
+    ``commit`` is one flag for all branches or one per branch (ELR's ``last_loop`` commits
+    an attention branch only in the last iteration, a recurrent branch in every one).
+    """
 
     def __init__(self, spec: ParallelSpec, ctx: BuildCtx):
         super().__init__()
@@ -99,9 +104,14 @@ class Parallel(nn.Module):
         if spec.combine == "concat":
             self.proj = nn.Linear(len(spec.branches) * ctx.width, ctx.width, bias=False)
 
-    def forward(self, x: torch.Tensor, **overrides) -> torch.Tensor:  # (B, T, D)
-        outs = [b(x, **overrides) if takes else b(x)
-                for b, takes in zip(self.branches, self._takes_window)]
+    def forward(self, x: torch.Tensor, cache: dict | None = None, commit: bool | tuple[bool, ...] = True,
+                **overrides) -> torch.Tensor:  # (B, T, D)
+        if cache is None:
+            outs = [b(x, **overrides) if takes else b(x) for b, takes in zip(self.branches, self._takes_window)]
+        else:
+            commits = commit if isinstance(commit, tuple) else (commit,) * len(self.branches)
+            outs = [b(x, cache=cache.setdefault(f"branches.{i}", {}), commit=c, **(overrides if takes else {}))
+                    for i, (b, takes, c) in enumerate(zip(self.branches, self._takes_window, commits))]
         if self.combine == "concat":
             return self.proj(torch.cat(outs, dim=-1))
         total = torch.stack(outs).sum(0)
@@ -109,14 +119,18 @@ class Parallel(nn.Module):
 
 
 class Switch(nn.Module):
-    """Holds every option's weights and runs the one the placement sampler picked."""
+    """Holds every option's weights and runs the one the placement sampler picked; while
+    decoding, option ``j`` reads ``cache["options.{j}"]``."""
 
     def __init__(self, spec: SwitchSpec, ctx: BuildCtx):
         super().__init__()
         self.options = nn.ModuleList(build_op(o, ctx) for o in spec.options)
 
-    def forward(self, x: torch.Tensor, option: int = 0, **overrides) -> torch.Tensor:
-        return self.options[option](x, **overrides)
+    def forward(self, x: torch.Tensor, option: int = 0, cache: dict | None = None, commit: bool = True,
+                **overrides) -> torch.Tensor:
+        if cache is None:
+            return self.options[option](x, **overrides)
+        return self.options[option](x, cache=cache.setdefault(f"options.{option}", {}), commit=commit, **overrides)
 
 
 register(ParallelSpec)(Parallel)

@@ -2,8 +2,14 @@
 
 Each ``*Torch`` class takes fla's constructor keywords (the subset loopnas uses, with fla's
 defaults), registers parameters with fla's names, shapes, order and initialisation (the same
-seed gives the same tensors), and computes fla's forward for a full sequence without cache,
-mask or varlen. ``forward(x: (B, T, D)) -> (B, T, D)``.
+seed gives the same tensors), and computes fla's forward without mask or varlen. ``forward(x: (B, T, D)) -> (B, T, D)``.
+
+Incremental decoding follows :mod:`builders.cache`: ``forward(x, cache=dict, commit=True)``
+continues the sequence the dict has seen. Its state is ``state.recurrent``, the matrix state
+per value head in the float32 (or float64) the chunked forward carries between chunks, and
+``state.conv_*``, each short conv's last ``W`` inputs ``(B, C, W)``, the layout and size of
+fla's ``conv_state``. A call with several tokens (prefill, chunked prefill) runs the chunked
+form from the cached state; a single token runs the recurrent step.
 
 ``make_fla(kind, **kw)`` builds fla's layer, subclassed so ``forward`` returns the tensor;
 its ``state_dict`` is interchangeable with the torch twin's.
@@ -19,9 +25,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from builders.cache import advance
 from builders.layers.fla_runtime import install_interpreter_shims, require
 from builders.ops.conv import causal_conv1d
-from builders.ops.linear import chunk_delta_rule, chunk_gated_delta_rule, chunk_kda, chunk_ssd
+from builders.ops.linear import (
+    chunk_delta_rule, chunk_gated_delta_rule, chunk_kda, chunk_ssd, recurrent_delta_rule_ref,
+    recurrent_gated_delta_rule_ref, recurrent_kda_ref, recurrent_ssd_ref,
+)
 from builders.ops.norm import rms_norm, rms_norm_gated
 
 
@@ -32,8 +42,40 @@ class ShortConv(nn.Conv1d):
         super().__init__(hidden_size, hidden_size, kernel_size, padding=kernel_size - 1, groups=hidden_size, bias=bias)
         self.activation = activation
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
-        return causal_conv1d(x, self.weight, self.bias, self.activation)
+    def forward(self, x: torch.Tensor, cache: dict | None = None, name: str = "", commit: bool = True) -> torch.Tensor:
+        if cache is None:  # (B, T, D)
+            return causal_conv1d(x, self.weight, self.bias, self.activation)
+        return cached_conv1d(x, self.weight, self.bias, self.activation, cache, name, commit)
+
+
+def cached_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str | None,
+                  cache: dict, name: str, commit: bool) -> torch.Tensor:
+    """The causal conv of the next ``t`` tokens after the inputs kept in ``cache[name]``.
+
+    ``cache[name]`` (B, C, W) holds the last W inputs (zeros before the first token, which
+    is the full forward's left padding); W - 1 of them are read, all W are kept, as fla does.
+    """
+    W = weight.shape[-1]
+    tail = cache.get(name)
+    if tail is None:
+        tail = x.new_zeros(x.shape[0], x.shape[-1], W)
+    full = torch.cat([tail.mT.to(x.dtype), x], dim=1)  # (B, W + t, C)
+    if commit:
+        cache[name] = full[:, -W:].mT.contiguous()
+    return causal_conv1d(full, weight, bias, activation)[:, W:]
+
+
+def _scan(chunk_fn, step_fn, cache: dict | None, commit: bool, *args, **kwargs) -> torch.Tensor:
+    """Run a recurrence over the whole sequence (no cache) or from ``cache["state.recurrent"]``:
+    the chunked form for several tokens, the recurrent step for one."""
+    if cache is None:
+        return chunk_fn(*args, **kwargs)[0]
+    fn = step_fn if args[0].shape[1] == 1 else chunk_fn
+    o, state = fn(*args, initial_state=cache.get("state.recurrent"), output_final_state=True, **kwargs)
+    if commit:
+        cache["state.recurrent"] = state
+    advance(cache, args[0].shape[1], commit)
+    return o
 
 
 class RMSNorm(nn.Module):
@@ -95,11 +137,14 @@ class _ConvQKV(nn.Module):
         self.k_conv1d = ShortConv(self.key_dim, conv_size, conv_bias, qk_activation)
         self.v_conv1d = ShortConv(self.value_dim, conv_size, conv_bias, "silu")
 
-    def _qkv(self, x: torch.Tensor, qk_silu: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _qkv(self, x: torch.Tensor, qk_silu: bool = True, cache: dict | None = None,
+             commit: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(B, T, D) -> q, k (B, T, H, K) and v (B, T, HV, V)."""
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.use_short_conv:
-            q, k, v = self.q_conv1d(q), self.k_conv1d(k), self.v_conv1d(v)
+            q = self.q_conv1d(q, cache, "state.conv_q", commit)
+            k = self.k_conv1d(k, cache, "state.conv_k", commit)
+            v = self.v_conv1d(v, cache, "state.conv_v", commit)
         else:
             q, k, v = (F.silu(q), F.silu(k), F.silu(v)) if qk_silu else (q, k, F.silu(v))
         q, k = q.unflatten(-1, (-1, self.head_k_dim)), k.unflatten(-1, (-1, self.head_k_dim))
@@ -172,11 +217,12 @@ class GatedDeltaNetTorch(_ConvQKV):
             self.o_norm = RMSNorm(self.head_v_dim, eps=norm_eps, dtype=torch.float32)
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
-        q, k, v = self._qkv(x)
+    def forward(self, x: torch.Tensor, cache: dict | None = None, commit: bool = True) -> torch.Tensor:  # (B, T, D)
+        q, k, v = self._qkv(x, cache=cache, commit=commit)
         beta = _beta(self.b_proj(x), self.allow_neg_eigval)  # (B, T, HV)
         g = -self.A_log.exp() * F.softplus(_upcast(self.a_proj(x)) + self.dt_bias)  # (B, T, HV)
-        o, _ = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+        o = _scan(chunk_gated_delta_rule, recurrent_gated_delta_rule_ref, cache, commit, q, k, v, g, beta,
+                  use_qk_l2norm_in_kernel=True)
         return self._out(o, x)
 
 
@@ -239,12 +285,13 @@ class DeltaNetTorch(_ConvQKV):
             x = F.normalize(x, p=1, dim=-1, eps=1e-6)
         return x
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
-        q, k, v = self._qkv(x, qk_silu=self.qk_activation == "silu")
+    def forward(self, x: torch.Tensor, cache: dict | None = None, commit: bool = True) -> torch.Tensor:  # (B, T, D)
+        q, k, v = self._qkv(x, qk_silu=self.qk_activation == "silu", cache=cache, commit=commit)
         q, k = self._feature_map(q), self._feature_map(k)
         beta = self.b_proj(x).sigmoid() if self.use_beta else q.new_ones(q.shape[:-1])  # (B, T, H)
         beta = beta * 2.0 if self.allow_neg_eigval else beta
-        o, _ = chunk_delta_rule(q, k, v, beta, use_qk_l2norm_in_kernel=self.qk_norm == "l2")
+        o = _scan(chunk_delta_rule, recurrent_delta_rule_ref, cache, commit, q, k, v, beta,
+                  use_qk_l2norm_in_kernel=self.qk_norm == "l2")
         return self._out(o, x)
 
 
@@ -311,11 +358,11 @@ class KimiDeltaAttentionTorch(_ConvQKV):
             return self.lower_bound * torch.sigmoid(A * f)
         return -A * F.softplus(f)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
-        q, k, v = self._qkv(x)
+    def forward(self, x: torch.Tensor, cache: dict | None = None, commit: bool = True) -> torch.Tensor:  # (B, T, D)
+        q, k, v = self._qkv(x, cache=cache, commit=commit)
         g = self._decay(self.f_proj(x).unflatten(-1, (-1, self.head_k_dim)))
         beta = _beta(self.b_proj(x), self.allow_neg_eigval)  # (B, T, HV)
-        o, _ = chunk_kda(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+        o = _scan(chunk_kda, recurrent_kda_ref, cache, commit, q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
         return self._out(o, x)
 
 
@@ -389,15 +436,19 @@ class Mamba2Torch(nn.Module):
             raise ValueError(f"hidden_act={hidden_act!r}: only silu/swish is supported")
         return inferred
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
+    def forward(self, x: torch.Tensor, cache: dict | None = None, commit: bool = True) -> torch.Tensor:  # (B, T, D)
         H, G, N = self.num_heads, self.n_groups, self.ssm_state_size
         gate, xBC, dt = self.in_proj(x).split([self.intermediate_size, self.conv_dim, H], dim=-1)
-        xBC = causal_conv1d(xBC, self.conv1d.weight, self.conv1d.bias, activation="silu")
+        if cache is None:
+            xBC = causal_conv1d(xBC, self.conv1d.weight, self.conv1d.bias, activation="silu")
+        else:
+            xBC = cached_conv1d(xBC, self.conv1d.weight, self.conv1d.bias, "silu", cache, "state.conv", commit)
         xs, B, C = xBC.split([self.intermediate_size, G * N, G * N], dim=-1)
         B, C = (t.unflatten(-1, (G, N)).repeat(1, 1, H // G, 1) for t in (B, C))  # (B, T, H, N), group h % G
         dt = F.softplus(dt + self.dt_bias).clamp(*self.dt_limit)  # (B, T, H)
         D = self.D.view(H, self.head_dim) if self.D_has_hdim else self.D
-        y, _ = chunk_ssd(xs.unflatten(-1, (H, self.head_dim)), dt, -self.A_log.exp(), B, C, D, self.chunk_size)
+        y = _scan(functools.partial(chunk_ssd, chunk_size=self.chunk_size), recurrent_ssd_ref, cache, commit,
+                  xs.unflatten(-1, (H, self.head_dim)), dt, -self.A_log.exp(), B, C, D)
         y = y.flatten(-2)  # (B, T, H * P)
         y = self.norm(y, gate) if self.rmsnorm else y * F.silu(gate)
         return self.out_proj(y)
@@ -411,10 +462,17 @@ TORCH_LAYERS: dict[str, type[nn.Module]] = {
 }
 
 
+FLA_DECODE_ERROR = ("incremental decoding runs on backend='torch': build the model with "
+                    "backend='torch' (same parameters; the state_dict loads unchanged)")
+
+
 class _TensorOutput:
     """Mixin for fla layers, which return ``(o, attentions, cache)``; loopnas mixers return ``o``."""
 
-    def forward(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, cache: dict | None = None, commit: bool = True,
+                **kwargs) -> torch.Tensor:
+        if cache is not None:
+            raise NotImplementedError(FLA_DECODE_ERROR)
         require(hidden_states)
         return super().forward(hidden_states, **kwargs)[0]
 
@@ -422,7 +480,10 @@ class _TensorOutput:
 class _Mamba2Output:
     """fla's Mamba2 runs ``torch_forward`` off CUDA (Triton only in its act and gated norm)."""
 
-    def forward(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, cache: dict | None = None, commit: bool = True,
+                **kwargs) -> torch.Tensor:
+        if cache is not None:
+            raise NotImplementedError(FLA_DECODE_ERROR)
         return super().forward(hidden_states, **kwargs)[0]
 
 

@@ -1,0 +1,71 @@
+"""The cache of one incremental-decoding session of a :class:`builders.model.LoopLM`.
+
+A looped mixer re-reads its own sequence: iteration ``t`` of a loop mixes the iteration-``t``
+states of the past tokens, so the cache holds one dict (see :mod:`builders.cache`) per mixer
+*application*, keyed by ``(layer, branch, path)`` with ``path`` the iterations of the
+enclosing loops, outermost first, ``((region, t), ...)``, and ``branch`` the parallel branch
+(None for a plain mixer; a switch runs its pattern's option as a plain mixer).
+
+KV policy (ELR): ``per_loop`` keeps every application's KV. ``last_loop`` keeps one KV cache
+per attention layer (or parallel attention branch), written only by the layer's last
+application of the token (the last iteration of every enclosing loop); the earlier ones
+read the past tokens' last-iteration keys and values plus their own current keys, and
+commit nothing. Attention KV then stays at the one-loop size at any loop count. Recurrent
+mixers keep per-application state under both policies: it does not grow with the sequence.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from nas.spec import ArchSpec, AttnSpec, DSASpec, NSASpec, ParallelSpec, SwitchSpec
+
+from .cache import cache_nbytes
+
+KVPolicy = Literal["per_loop", "last_loop"]
+KV_SPECS = (AttnSpec, DSASpec, NSASpec)  # mixers whose cache grows with the sequence
+
+
+class InferenceCache:
+    """Everything a decode step needs besides the new tokens: the loop count, the switch
+    pattern and KV policy the session was prefilled with, the per-application layer dicts,
+    and ``pos``, the tokens seen so far."""
+
+    def __init__(self, arch: ArchSpec, loops: int | None, pattern: list[int] | None,
+                 kv_policy: KVPolicy):
+        if kv_policy not in ("per_loop", "last_loop"):
+            raise ValueError(f"kv_policy must be 'per_loop' or 'last_loop' (got {kv_policy!r})")
+        self.arch, self.loops, self.pattern, self.kv_policy = arch, loops, pattern, kv_policy
+        self.pos = 0
+        self.layers: dict[tuple, dict] = {}  # (layer, branch, path) -> one leaf mixer's dict
+
+    def _leaf(self, layer: int, branch: int | None, spec, path: tuple, final: bool) -> tuple[dict, bool]:
+        """The dict one leaf mixer application reads, and whether it commits."""
+        if self.kv_policy == "last_loop" and isinstance(spec, KV_SPECS):
+            return self.layers.setdefault((layer, branch, ()), {}), final
+        return self.layers.setdefault((layer, branch, path), {}), True
+
+    def mixer_cache(self, layer: int, path: tuple, final: bool) -> tuple[dict, bool | tuple[bool, ...]]:
+        """``(cache, commit)`` for one application of ``layer``'s mixer at loop ``path``;
+        ``final``: the last application of the token. A parallel mixer gets a dict of its
+        branches' dicts (``branches.{i}``) and one commit per branch; a switch a dict with
+        its pattern's option's dict (``options.{j}``)."""
+        spec = self.arch.layers[layer].mixer
+        if isinstance(spec, SwitchSpec):
+            option = self.pattern[layer]
+            sub, commit = self._leaf(layer, None, spec.options[option], path, final)
+            return {f"options.{option}": sub}, commit
+        if isinstance(spec, ParallelSpec):
+            subs = [self._leaf(layer, i, b, path, final) for i, b in enumerate(spec.branches)]
+            return {f"branches.{i}": d for i, (d, _) in enumerate(subs)}, tuple(c for _, c in subs)
+        return self._leaf(layer, None, spec, path, final)
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes held: ``{"kv": ..., "state": ...}`` over every layer dict."""
+        out = {"kv": 0, "state": 0}
+        for d in self.layers.values():
+            for kind, n in cache_nbytes(d).items():
+                out[kind] += n
+        return out
+
+
+__all__ = ["InferenceCache", "KVPolicy", "KV_SPECS"]
