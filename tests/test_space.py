@@ -162,6 +162,15 @@ def test_shipped_spaces_load_and_every_grid_point_is_a_valid_spec(name):
     from runners.sweep.driver import _grid
 
     space = load_space(space_path(name))
+    if space.spec.oneshot is not None:  # its points: every placement at every loop count
+        from nas import oneshot
+
+        for pattern in oneshot.exhaustive(oneshot.counts(space)):
+            for k in oneshot.loop_choices(space):
+                params = oneshot.trial_params(space, pattern, k)
+                arch, _, got = space.candidate(optuna.trial.FixedTrial(params))
+                assert arch.is_canonical and got == params and arch.loops[0].T == k
+        return
     assert space.spec.objectives and space.spec.params
     grid = _grid(space)
     for combo in itertools.product(*grid.values()):
