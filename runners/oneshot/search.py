@@ -85,6 +85,7 @@ class OneShotSearch:
         self.space: Space = sweep.space
         self.metric = sweep.measured
         self.on_change = on_change
+        self.steps = 0  # the supernet's training steps: the rung every evaluation reports at
         self.patterns: dict[str, tuple[tuple[int, ...], int | None]] = {}  # trial id → subnet
 
     def _key(self, params: dict) -> str:
@@ -119,9 +120,10 @@ class OneShotSearch:
             start = time.time()
             metrics = evaluate_subnet(self.model, self.task, self.batches, pattern, record.params.get("T"))
             end = time.time()
+            value = metrics[self.metric.metric]
             self.sweep.finish(job["id"], {
-                "status": "complete", "measured": [{"k": None, "value": metrics[self.metric.metric],
-                                                    "metrics": metrics}],
+                "status": "complete", "measured": [{"k": None, "value": value, "metrics": metrics}],
+                "rungs": [{"step": self.steps, "quality": value, "metrics": metrics}],
                 "started": start, "finished": end, "wall_time": end - start, "node": socket.gethostname()})
         self.on_change()
 
@@ -175,6 +177,7 @@ def run_oneshot(sweep: Sweep, out: Path, progress: bool = True,
     task = make_task(config.task, **config.task_params)
     run = OneShotSearch(sweep, model, net, task, eval_batches(task, config, torch.device(config.device)),
                         on_change)
+    run.steps = result.steps
     t1 = time.perf_counter()
     spent = False
     try:
