@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from builders.cache import cache_nbytes, cache_pos
-from builders.layers.attention import Attention
+from builders.layers.attention import Attention, DeepSeekSparseAttention, NativeSparseAttention, make_fla
 
 D = 64
 
@@ -113,3 +113,88 @@ def test_attn_cache_follows_the_input_dtype_and_keeps_no_grad_for_decoding():
         out, cache = run_chunks(layer, x, [4, 1])
     torch.testing.assert_close(out, layer(x), atol=2e-6, rtol=2e-5)
     assert cache["kv.k"].dtype == torch.float32 and not cache["kv.k"].requires_grad
+
+
+def assert_peek_leaves_cache(layer, x, split, **kw):
+    """commit=False after a prefill of ``split`` tokens: right rows, dict untouched."""
+    cache = {}
+    layer(x[:, :split], cache=cache, **kw)
+    before = {name: value.clone() if torch.is_tensor(value) else value for name, value in cache.items()}
+    peek = layer(x[:, split:], cache=cache, commit=False, **kw)
+    torch.testing.assert_close(peek, layer(x, **kw)[:, split:], **TOL)
+    assert cache.keys() == before.keys()
+    for name, value in before.items():
+        assert torch.equal(cache[name], value) if torch.is_tensor(value) else cache[name] == value, name
+
+
+DSA = {
+    "gqa-k7": dict(num_heads=4, num_kv_heads=2, index_heads=3, index_head_dim=8, topk=7),
+    "w9-k5-norm-gate": dict(num_heads=4, num_kv_heads=1, index_heads=2, index_head_dim=8, topk=5, window_size=9,
+                            qk_norm=True, output_gate=True),
+    "k64-more-than-seen": dict(num_heads=2, index_heads=2, index_head_dim=4, topk=64),
+    "nope-k3": dict(num_heads=4, index_heads=4, index_head_dim=8, topk=3, rope_theta=None),
+}
+
+
+@pytest.mark.parametrize("chunks", CHUNKINGS)
+@pytest.mark.parametrize("name", DSA)
+def test_dsa_chunked_equals_whole_sequence(name, chunks):
+    layer = randomize(DeepSeekSparseAttention(D, **DSA[name]))
+    x = torch.randn(2, 37, D, dtype=torch.float64)
+    out, cache = run_chunks(layer, x, CHUNKINGS[chunks])
+    torch.testing.assert_close(out, layer(x), **TOL)
+    kept, h, hd = min(37, layer.window_size or 37), layer.num_kv_heads, layer.head_dim
+    assert cache["kv.index_k"].shape == (2, kept, layer.indexer.index_head_dim)
+    assert cache_nbytes(cache)["kv"] == 2 * kept * (2 * h * hd + layer.indexer.index_head_dim) * 8
+
+
+def test_dsa_overrides_commit_false_and_window_buffer():
+    layer = randomize(DeepSeekSparseAttention(D, **DSA["gqa-k7"]))
+    x = torch.randn(1, 30, D, dtype=torch.float64)
+    for kw in (dict(), dict(window=6), dict(topk=2), dict(window=4, topk=40)):
+        out, cache = run_chunks(layer, x, [3, 1, 1, 8], **kw)
+        torch.testing.assert_close(out, layer(x, **kw), **TOL)
+        assert cache["kv.k"].shape[1] == min(30, kw.get("window", 30))
+        assert_peek_leaves_cache(layer, x, 17, **kw)
+    _, narrow = run_chunks(layer, x[:, :20], [20], window=5)
+    with pytest.raises(ValueError, match="window"):
+        layer(x[:, 20:21], cache=narrow, window=9)
+
+
+NSA = {
+    "gqa-bs4-S3-w6": dict(num_heads=4, num_kv_heads=2, head_dim=8, block_size=4, block_counts=3, window_size=6),
+    "bs5-S2-w1-bias": dict(num_heads=4, num_kv_heads=1, head_dim=8, block_size=5, block_counts=2, window_size=1,
+                           qkv_bias=True),
+    "bs8-S4-nowindow-nope": dict(num_heads=2, num_kv_heads=2, head_dim=8, block_size=8, block_counts=4,
+                                 window_size=None, rope_theta=None),
+}
+
+
+@pytest.mark.parametrize("chunks", CHUNKINGS)
+@pytest.mark.parametrize("name", NSA)
+def test_nsa_chunked_equals_whole_sequence(name, chunks):
+    layer = randomize(NativeSparseAttention(D, **NSA[name]))
+    x = torch.randn(2, 37, D, dtype=torch.float64)
+    out, cache = run_chunks(layer, x, CHUNKINGS[chunks])
+    torch.testing.assert_close(out, layer(x), **TOL)
+    bs, h, hd = layer.block_size, layer.num_kv_heads, layer.head_dim
+    assert cache["kv.k_cmp"].shape == cache["kv.v_cmp"].shape == (2, 37 // bs, h, hd)
+    assert cache_nbytes(cache)["kv"] == 2 * 2 * h * hd * (37 + 37 // bs) * 8
+
+
+def test_nsa_overrides_and_commit_false():
+    layer = randomize(NativeSparseAttention(D, **NSA["gqa-bs4-S3-w6"]))
+    x = torch.randn(1, 26, D, dtype=torch.float64)
+    for window in (None, "full", 0, 3):
+        out, _ = run_chunks(layer, x, [5, 1, 2, 1, 6], window=window)
+        torch.testing.assert_close(out, layer(x, window=window), **TOL)
+        for split in (3, 8, 13):  # before any block completes, on a block edge, inside a block
+            assert_peek_leaves_cache(layer, x, split, window=window)
+
+
+@pytest.mark.parametrize("kind", ["attn", "nsa"])
+def test_fla_backend_layers_point_decoding_to_the_torch_backend(kind):
+    kw = dict(hidden_size=64, num_heads=16, num_kv_heads=1, head_dim=8) if kind == "nsa" else dict(hidden_size=64)
+    layer = make_fla(kind, **kw)
+    with pytest.raises(NotImplementedError, match="backend='torch'"):
+        layer(torch.randn(1, 3, 64), cache={})

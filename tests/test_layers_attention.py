@@ -177,13 +177,15 @@ def dsa_reference(layer, x):
     q, k, v = qkv_reference(layer, x)
     ix = layer.indexer
     q_idx, k_idx = rope(heads(x, ix.q_proj, 8), heads(x, ix.k_proj, 8), layer.rope_theta)
-    w_idx = (x @ ix.weights_proj.weight.T) * 3 ** -0.5
+    w_idx = (x @ ix.weights_proj.weight.T) * ix.index_heads ** -0.5
     o = naive_dsa(q, k, v, q_idx, k_idx.squeeze(2), w_idx, topk=layer.topk)
     return o.flatten(2) @ layer.o_proj.weight.T
 
 
 def test_dsa_matches_reference_and_parameter_names():
-    layer = randomize(DeepSeekSparseAttention(**DSA_KW, qk_norm=True)).eval()
+    # 16 index heads: a key scores exactly 0 (a relu tie, which our top-k and torch.topk break
+    # differently) only when all 16 relus vanish, so no row here has a tie at its top-k boundary
+    layer = randomize(DeepSeekSparseAttention(**{**DSA_KW, "index_heads": 16}, qk_norm=True)).eval()
     assert [n for n, _ in layer.named_parameters()] == [
         "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "q_norm.weight", "k_norm.weight",
         "indexer.q_proj.weight", "indexer.k_proj.weight", "indexer.weights_proj.weight"]

@@ -24,10 +24,11 @@ from builders.layers.fla_runtime import install_interpreter_shims, require
 from builders.ops.attention import (
     apply_rotary,
     attention,
-    dsa_index_scores,
-    dsa_select,
-    masked_attention,
+    dsa_indexer_loss,
+    dsa_topk,
+    mean_pool,
     nsa_attention,
+    sparse_attention,
 )
 
 __all__ = ["Attention", "DSAIndexer", "DeepSeekSparseAttention", "NativeSparseAttention", "make_fla"]
@@ -152,14 +153,14 @@ class DSAIndexer(nn.Module):
         self.k_proj = nn.Linear(hidden_size, index_head_dim, bias=False)
         self.weights_proj = nn.Linear(hidden_size, index_heads, bias=False)
 
-    def forward(self, x: Tensor, rope_theta: float | None) -> Tensor:
-        """Index scores (B, T, T), unmasked; head weights scaled by HI^-0.5 as in V3.2."""
+    def forward(self, x: Tensor, rope_theta: float | None, offset: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, D) at positions offset.. -> index queries (B, T, HI, DI), keys (B, T, DI) and
+        head weights (B, T, HI), scaled by HI^-0.5 as in V3.2; ``dsa_topk`` scores them."""
         q = _heads(self.q_proj(x), self.index_head_dim)  # (B, T, HI, DI)
         k = self.k_proj(x).unsqueeze(2)  # (B, T, 1, DI)
         if rope_theta is not None:
-            q, k = apply_rotary(q, k, rope_theta)
-        w = self.weights_proj(x) * self.index_heads ** -0.5  # (B, T, HI)
-        return dsa_index_scores(q, k.squeeze(2), w)
+            q, k = apply_rotary(q, k, rope_theta, offset)
+        return q, k.squeeze(2), self.weights_proj(x) * self.index_heads ** -0.5
 
 
 class DeepSeekSparseAttention(Attention):
@@ -170,6 +171,9 @@ class DeepSeekSparseAttention(Attention):
     DeepSeek-V3.2, the indexer learns only from ``self.aux_loss`` (set by each training
     forward, zero in eval): KL(head-summed attention of the main heads || softmax of the
     index scores) over the selected keys, with the indexer's input and target detached.
+    Selection, attention and loss run blockwise over gathered keys: no (T, T) tensor.
+    A decoding cache holds keys, values and indexer keys (``kv.k``, ``kv.v``,
+    ``kv.index_k``), only the last ``window`` of them under a window.
     """
 
     def __init__(self, hidden_size: int = 2048, num_heads: int = 32, num_kv_heads: int | None = None,
@@ -183,23 +187,24 @@ class DeepSeekSparseAttention(Attention):
         self.indexer = DSAIndexer(hidden_size, index_heads, index_head_dim)
         self.aux_loss = torch.zeros(())
 
-    def forward(self, x: Tensor, window: Window = None, topk: int | None = None) -> Tensor:
-        q, k, v = self.project(x)
-        scores = self.indexer(x.detach(), self.rope_theta)  # (B, T, T)
-        topk = self.topk if topk is None else topk
-        keep = dsa_select(scores.detach(), topk, resolve_window(self.window_size, window))
-        self.aux_loss = self._indexer_loss(q, k, scores, keep) if self.training else scores.new_zeros(())
-        return self.output(x, masked_attention(q, k, v, keep[:, None]))
-
-    @staticmethod
-    def _indexer_loss(q: Tensor, k: Tensor, scores: Tensor, keep: Tensor) -> Tensor:
-        """mean over queries of KL(p || softmax(I)) on the kept keys; p is the detached target."""
+    def forward(self, x: Tensor, window: Window = None, topk: int | None = None, *,
+                cache: dict | None = None, commit: bool = True) -> Tensor:
+        w, topk = resolve_window(self.window_size, window), self.topk if topk is None else topk
+        if cache is None:
+            (q, k, v), (q_i, k_i, w_i) = self.project(x), self.indexer(x.detach(), self.rope_theta)
+        else:
+            pos, (k_past, v_past, i_past) = _past(cache, ("kv.k", "kv.v", "kv.index_k"), w)
+            (q, k, v), (q_i, k_i, w_i) = self.project(x, pos), self.indexer(x.detach(), self.rope_theta, pos)
+            k, v, k_i = _extend(k_past, k), _extend(v_past, v), _extend(i_past, k_i)
+            if commit:
+                _commit(cache, x.shape[1], w, k=k, v=v, index_k=k_i)
         with torch.no_grad():
-            k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
-            logits = torch.einsum("bthd,bshd->bhts", q, k) * q.shape[-1] ** -0.5
-            p = logits.masked_fill(~keep[:, None], float("-inf")).softmax(-1).mean(1)  # (B, T, T)
-        log_q = scores.masked_fill(~keep, float("-inf")).log_softmax(-1).masked_fill(~keep, 0.0)
-        return (p * (p.clamp_min(1e-30).log() - log_q)).sum(-1).mean()  # p = 0 off the kept keys
+            idx, valid = dsa_topk(q_i, k_i, w_i, topk=topk, window=w)  # (B, T, K) each
+        self.aux_loss = dsa_indexer_loss(q, k, q_i, k_i, w_i, idx, valid) if self.training else x.new_zeros(())
+        return self.output(x, sparse_attention(q, k, v, idx, valid))
+
+
+_NSA_CACHE = ("kv.k", "kv.v", "kv.k_cmp", "kv.v_cmp")
 
 
 class NativeSparseAttention(nn.Module):
@@ -207,7 +212,9 @@ class NativeSparseAttention(nn.Module):
 
     ``g_proj`` gives three sigmoid gates per head, in order compressed, selected, window.
     fla's kernels also need num_heads / num_kv_heads a power of two >= 16; this layer
-    does not. ``rope_theta=None`` drops rotary (fla cannot).
+    does not. ``rope_theta=None`` drops rotary (fla cannot). Runs blockwise (no (T, T)
+    tensor). A decoding cache holds every key and value (a selected block may lie anywhere
+    in the past) and the means of the completed blocks (``kv.k_cmp``, ``kv.v_cmp``).
     """
 
     def __init__(self, hidden_size: int = 2048, num_heads: int = 64, num_kv_heads: int | None = 4,
@@ -228,13 +235,23 @@ class NativeSparseAttention(nn.Module):
         self.g_proj = nn.Linear(hidden_size, num_heads * 3, bias=False)
         self.o_proj = nn.Linear(q_dim, hidden_size, bias=False)
 
-    def forward(self, x: Tensor, window: Window = None) -> Tensor:
+    def forward(self, x: Tensor, window: Window = None, *, cache: dict | None = None,
+                commit: bool = True) -> Tensor:
+        pos, past = (0, [None] * 4) if cache is None else _past(cache, _NSA_CACHE, None)
         q, k, v = (_heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
         if self.rope_theta is not None:
-            q, k = apply_rotary(q, k, self.rope_theta)
+            q, k = apply_rotary(q, k, self.rope_theta, pos)
+        k, v = _extend(past[0], k), _extend(past[1], v)
+        k_cmp = v_cmp = None
+        if cache is not None:  # pool the blocks completed by x onto the cached block means
+            bs, done = self.block_size, pos // self.block_size * self.block_size
+            end = k.shape[1] // bs * bs
+            k_cmp, v_cmp = (_extend(old, mean_pool(new[:, done:end], bs)) for old, new in zip(past[2:], (k, v)))
+            if commit:
+                _commit(cache, x.shape[1], None, k=k, v=v, k_cmp=k_cmp, v_cmp=v_cmp)
         g_cmp, g_slc, g_swa = _heads(self.g_proj(x), 3).sigmoid().unbind(-1)  # (B, T, HQ) each
         o = nsa_attention(q, k, v, g_cmp, g_slc, g_swa, block_counts=self.block_counts, block_size=self.block_size,
-                          window=_nsa_window(self.window_size, window, x.shape[1]))
+                          window=_nsa_window(self.window_size, window, k.shape[1]), k_cmp=k_cmp, v_cmp=v_cmp)
         return self.o_proj(o.flatten(2))
 
 
@@ -244,6 +261,12 @@ def _rotary(layer, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     return layer.rotary(q, k, seqlen_offset=0, max_seqlen=max_seqlen, cu_seqlens=None)
 
 
+def _no_fla_cache(cache: dict | None) -> None:
+    if cache is not None:
+        raise NotImplementedError("the fla backend's attention layers do not decode incrementally: "
+                                  "decode with backend='torch' (same parameters, same state_dict)")
+
+
 class _FlaAttentionForward:
     """fla ``Attention``'s projections, qk norm and rotary; the softmax core is PyTorch SDPA.
 
@@ -251,7 +274,9 @@ class _FlaAttentionForward:
     flash-attention kernel on recent GPUs. Returns o and takes a one-call window.
     """
 
-    def forward(self, x: Tensor, window: Window = None) -> Tensor:
+    def forward(self, x: Tensor, window: Window = None, *, cache: dict | None = None,
+                commit: bool = True) -> Tensor:
+        _no_fla_cache(cache)
         require(x)
         q, k, v = (_heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
         if self.qk_norm:
@@ -267,7 +292,9 @@ class _FlaNSAForward:
     fla computes the window branch with flash-attn, which is not a dependency.
     """
 
-    def forward(self, x: Tensor, window: Window = None) -> Tensor:
+    def forward(self, x: Tensor, window: Window = None, *, cache: dict | None = None,
+                commit: bool = True) -> Tensor:
+        _no_fla_cache(cache)
         require(x)
         from fla.ops.nsa import parallel_nsa
 

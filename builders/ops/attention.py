@@ -1,8 +1,12 @@
 """Softmax-attention-family ops on ``(B, T, H, D)`` tensors, in plain PyTorch.
 
 Boolean masks mean True = may attend. Queries are the last ``Tq`` of ``Tk`` positions.
-The sparse ops (DSA, NSA) materialise dense ``(T, T)`` masks: they reproduce the
-selection semantics of fla's naive references exactly, not the kernels' memory savings.
+The sparse ops (``dsa_attention``, ``nsa_attention``) run blocks of ``chunk`` queries:
+each block scores its visible keys (or compressed blocks), keeps its top-k, gathers only
+the chosen keys and attends over them, so memory is linear in T at a fixed top-k. Their
+``*_reference`` twins (and ``dsa_select``, ``nsa_select_blocks``, ``nsa_selection``,
+``masked_attention``) build dense ``(T, T)`` masks with the selection semantics of fla's
+naive references; the tests hold the blockwise ops to them.
 """
 
 from __future__ import annotations
@@ -16,16 +20,24 @@ __all__ = [
     "attention",
     "causal_mask",
     "dsa_attention",
+    "dsa_attention_reference",
     "dsa_index_scores",
+    "dsa_indexer_loss",
     "dsa_select",
+    "dsa_topk",
     "masked_attention",
     "mean_pool",
     "nsa_attention",
+    "nsa_attention_reference",
     "nsa_compression",
     "nsa_select_blocks",
     "nsa_selection",
     "rotary_tables",
+    "sparse_attention",
+    "topk_latest",
 ]
+
+CHUNK = 128  # queries per block in the sparse ops
 
 
 def _check_heads(q: Tensor, k: Tensor) -> None:
@@ -138,10 +150,10 @@ def dsa_select(scores: Tensor, topk: int, window: int | None = None) -> Tensor:
     return keep.scatter_(-1, idx, True) & allowed
 
 
-def dsa_attention(q: Tensor, k: Tensor, v: Tensor, q_idx: Tensor, k_idx: Tensor,
-                  w_idx: Tensor | None = None, *, topk: int, scale: float | None = None,
-                  index_scale: float | None = None, window: int | None = None) -> Tensor:
-    """DeepSeek sparse attention: softmax over each query's top-k indexer keys.
+def dsa_attention_reference(q: Tensor, k: Tensor, v: Tensor, q_idx: Tensor, k_idx: Tensor,
+                            w_idx: Tensor | None = None, *, topk: int, scale: float | None = None,
+                            index_scale: float | None = None, window: int | None = None) -> Tensor:
+    """DeepSeek sparse attention through dense (T, T) masks: the oracle of ``dsa_attention``.
 
     Same selection as fla's ``naive_dsa`` (relu indexer, ``index_scale`` defaults to
     DI^-0.5) plus an optional causal window. The top-k is not differentiable, so no
@@ -230,11 +242,12 @@ def nsa_selection(q: Tensor, k: Tensor, v: Tensor, block_indices: Tensor, block_
     return masked_attention(q, k, v, mask, scale=scale)
 
 
-def nsa_attention(q: Tensor, k: Tensor, v: Tensor, g_cmp: Tensor | None = None,
-                  g_slc: Tensor | None = None, g_swa: Tensor | None = None, *,
-                  block_counts: int | Tensor = 16, block_size: int = 64, window: int | None = 0,
-                  scale: float | None = None, block_indices: Tensor | None = None) -> Tensor:
-    """Native sparse attention with fla ``naive_nsa`` semantics, vectorised.
+def nsa_attention_reference(q: Tensor, k: Tensor, v: Tensor, g_cmp: Tensor | None = None,
+                            g_slc: Tensor | None = None, g_swa: Tensor | None = None, *,
+                            block_counts: int | Tensor = 16, block_size: int = 64, window: int | None = 0,
+                            scale: float | None = None, block_indices: Tensor | None = None) -> Tensor:
+    """Native sparse attention with fla ``naive_nsa`` semantics through dense (T, T) masks:
+    the oracle of ``nsa_attention``.
 
     ``o = g_slc * o_slc + g_cmp * o_cmp + g_swa * o_swa`` with gates (B, T, HQ) already
     squashed. Without ``g_cmp`` the compressed branch is skipped and ``block_indices``
@@ -249,7 +262,7 @@ def nsa_attention(q: Tensor, k: Tensor, v: Tensor, g_cmp: Tensor | None = None,
         if block_indices is None:
             block_indices = nsa_select_blocks(q, k_cmp, block_counts, block_size, scale)
     if block_indices is None:
-        raise ValueError("nsa_attention needs g_cmp (to select blocks) or block_indices")
+        raise ValueError("nsa_attention_reference needs g_cmp (to select blocks) or block_indices")
     o = nsa_selection(q, k, v, block_indices, block_size, scale)
     if g_slc is not None:
         o = o * g_slc.unsqueeze(-1)
@@ -259,3 +272,226 @@ def nsa_attention(q: Tensor, k: Tensor, v: Tensor, g_cmp: Tensor | None = None,
         o_swa = attention(q, k, v, window=window, scale=scale)
         o = o + (o_swa if g_swa is None else o_swa * g_swa.unsqueeze(-1))
     return o
+
+
+# Blockwise sparse attention: memory linear in T at a fixed top-k.
+
+def _blocks(t: int, chunk: int):
+    """(start, end) of consecutive query blocks of at most ``chunk`` rows."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    return ((s, min(s + chunk, t)) for s in range(0, t, chunk))
+
+
+def topk_latest(scores: Tensor, k: int, counts: Tensor | None = None) -> Tensor:
+    """Indices of the ``k`` (or per-row ``counts`` <= k) largest ``scores`` (..., N), descending, -1 padded.
+
+    ``torch.topk`` breaks ties as its algorithm happens to; here a tie goes to the later
+    index, so a query keeps the same keys whether it is scored alone (decoding) or in a
+    block of any size (exact zeros of the relu indexer tie often). Returns (..., min(k, N)).
+    """
+    n = scores.shape[-1]
+    k = min(k, n)
+    counts = torch.full(scores.shape[:-1], k, device=scores.device) if counts is None else counts.clamp(max=k)
+    counts = counts.to(scores.device, torch.long)[..., None]
+    if k == 0:
+        return scores.new_empty(*scores.shape[:-1], 0, dtype=torch.long)
+    values = scores.topk(k, dim=-1).values  # descending
+    threshold = values.gather(-1, (counts - 1).clamp(min=0))
+    above, tied = scores > threshold, scores == threshold
+    later_ties = tied.flip(-1).cumsum(-1).flip(-1)  # ties at or after each position
+    keep = (above | (tied & (later_ties <= counts - above.sum(-1, keepdim=True)))) & (counts > 0)
+    position = torch.arange(n, device=scores.device)
+    return torch.where(keep, position, -1).topk(k, dim=-1).values
+
+
+def _gather_time(x: Tensor, idx: Tensor) -> Tensor:
+    """x (B, T, H, D) at positions idx (B, n, L, H|1), per head -> (B, n, L, H, D)."""
+    b, n, length, h = idx.shape
+    index = idx.reshape(b, n * length, h, 1).expand(b, n * length, x.shape[2], x.shape[3])
+    return x.gather(1, index).view(b, n, length, *x.shape[2:])
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, valid: Tensor, scale: float) -> Tensor:
+    """Each query over its own keys: q (B, n, HQ, D), k, v (B, n, L, H, D), valid (B, n, L, H|1).
+
+    Returns (B, n, HQ, Dv); a query with no valid key gets zeros, as ``masked_attention``.
+    """
+    b, n, hq, d = q.shape
+    h = k.shape[3]
+    logits = torch.einsum("bnhgd,bnlhd->bnhgl", q.view(b, n, h, hq // h, d), k) * scale
+    mask = valid.permute(0, 1, 3, 2)[:, :, :, None]  # (B, n, H|1, 1, L)
+    empty = ~mask.any(-1, keepdim=True)
+    p = logits.masked_fill(~(mask | empty), float("-inf")).softmax(-1)
+    o = torch.einsum("bnhgl,bnlhd->bnhgd", p, v).masked_fill(empty, 0.0)  # (B, n, H, G, Dv)
+    return o.flatten(2, 3)
+
+
+def dsa_topk(q_idx: Tensor, k_idx: Tensor, w_idx: Tensor | None = None, *, topk: int,
+             window: int | None = None, scale: float | None = None, chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
+    """Each query's ``topk`` best causal (windowed) keys, scored one query block at a time.
+
+    q_idx (B, Tq, HI, DI) are the last Tq of the Tk keys k_idx (B, Tk, DI). Returns key
+    positions (B, Tq, K) and which are valid (B, Tq, K), K = min(topk, Tk): a query sees
+    all its keys when fewer than ``topk`` are visible. Ties go to the later key.
+    """
+    t_q, t_k = q_idx.shape[1], k_idx.shape[1]
+    width = min(topk, t_k)
+    idx, valid = [], []
+    for s, e in _blocks(t_q, chunk):
+        hi = t_k - t_q + e  # keys after the block's last query are never visible
+        lo = 0 if window is None else max(0, hi - (e - s) - window + 1)
+        allowed = causal_mask(e - s, hi - lo, window, q_idx.device)  # (n, L)
+        w_blk = None if w_idx is None else w_idx[:, s:e]
+        scores = dsa_index_scores(q_idx[:, s:e], k_idx[:, lo:hi], w_blk, scale=scale)  # (B, n, L)
+        top = topk_latest(scores.masked_fill(~allowed, float("-inf")), topk)  # (B, n, K')
+        ok = allowed.expand_as(scores).gather(-1, top)
+        pad = width - top.shape[-1]
+        idx.append(F.pad(top + lo, (0, pad)))
+        valid.append(F.pad(ok, (0, pad), value=False))
+    return torch.cat(idx, 1), torch.cat(valid, 1)
+
+
+def sparse_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, valid: Tensor, *,
+                     scale: float | None = None, chunk: int = CHUNK) -> Tensor:
+    """Softmax attention of each query over its own keys: idx, valid (B, Tq, K), shared by all heads.
+
+    q (B, Tq, HQ, D), k (B, Tk, H, D), v (B, Tk, H, Dv) -> (B, Tq, HQ, Dv); only the
+    chosen keys are gathered, one query block at a time.
+    """
+    _check_heads(q, k)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    out = []
+    for s, e in _blocks(q.shape[1], chunk):
+        i = idx[:, s:e, :, None]  # (B, n, K, 1)
+        out.append(_attend(q[:, s:e], _gather_time(k, i), _gather_time(v, i), valid[:, s:e, :, None], scale))
+    return torch.cat(out, 1)
+
+
+def dsa_attention(q: Tensor, k: Tensor, v: Tensor, q_idx: Tensor, k_idx: Tensor,
+                  w_idx: Tensor | None = None, *, topk: int, scale: float | None = None,
+                  index_scale: float | None = None, window: int | None = None, chunk: int = CHUNK) -> Tensor:
+    """DeepSeek sparse attention: softmax over each query's top-k indexer keys, blockwise.
+
+    Same selection as fla's ``naive_dsa`` (relu indexer, ``index_scale`` defaults to
+    DI^-0.5) plus an optional causal window; queries are the last Tq of Tk positions. The
+    top-k is not differentiable, so no gradient reaches q_idx / k_idx / w_idx.
+    """
+    with torch.no_grad():
+        idx, valid = dsa_topk(q_idx, k_idx, w_idx, topk=topk, window=window, scale=index_scale, chunk=chunk)
+    return sparse_attention(q, k, v, idx, valid, scale=scale, chunk=chunk)
+
+
+def dsa_indexer_loss(q: Tensor, k: Tensor, q_idx: Tensor, k_idx: Tensor, w_idx: Tensor | None,
+                     idx: Tensor, valid: Tensor, *, index_scale: float | None = None,
+                     chunk: int = CHUNK) -> Tensor:
+    """DeepSeek-V3.2's indexer loss over each query's kept keys idx, valid (B, Tq, K).
+
+    Mean over queries of KL(p || softmax(I)): p, the head-mean of the main attention over
+    the kept keys, is a target (no gradient); I, the index scores, carries the gradient
+    to q_idx, k_idx, w_idx. Computed per query block on the gathered keys only.
+    """
+    b, t_q, hq, d = q.shape
+    h = k.shape[2]
+    total = q.new_zeros(())
+    for s, e in _blocks(t_q, chunk):
+        i, ok = idx[:, s:e], valid[:, s:e]  # (B, n, K)
+        with torch.no_grad():
+            kg = _gather_time(k, i[..., None])  # (B, n, K, H, D)
+            logits = torch.einsum("bnhgd,bnlhd->bnhgl", q[:, s:e].view(b, e - s, h, hq // h, d), kg) * d ** -0.5
+            p = logits.masked_fill(~ok[:, :, None, None], float("-inf")).softmax(-1).mean((2, 3))  # (B, n, K)
+        k_sel = _gather_time(k_idx[:, :, None], i[..., None])[:, :, :, 0]  # (B, n, K, DI)
+        scale = q_idx.shape[-1] ** -0.5 if index_scale is None else index_scale
+        scores = F.relu(torch.einsum("bnjd,bnld->bnjl", q_idx[:, s:e], k_sel) * scale)  # (B, n, HI, K)
+        index = scores.sum(2) if w_idx is None else torch.einsum("bnjl,bnj->bnl", scores, w_idx[:, s:e])
+        log_q = index.masked_fill(~ok, float("-inf")).log_softmax(-1).masked_fill(~ok, 0.0)
+        total = total + (p * (p.clamp_min(1e-30).log() - log_q)).sum()  # p = 0 off the kept keys
+    return total / (b * t_q)
+
+
+def _nsa_block_select(probs: Tensor, pos: Tensor, visible: Tensor, n_sel: Tensor | int, block_size: int) -> Tensor:
+    """Top blocks (B, n, H, S) of one query block, -1 padded: probs (B, n, H, C) over the
+    visible compressed blocks, the first, previous and current blocks forced in."""
+    n_cols = int(pos[-1]) // block_size + 1  # blocks up to the last query's own
+    probs = F.pad(probs, (0, n_cols - probs.shape[-1]))
+    visible = F.pad(visible, (0, n_cols - visible.shape[-1]), value=False)  # (n, C')
+    i_blk, i_c = pos[:, None] // block_size, torch.arange(n_cols, device=pos.device)[None, :]
+    forced = (i_c == i_blk) | (i_c == 0) | (i_c == i_blk - 1)
+    probs = torch.where(forced[:, None], 1.0, probs)
+    counts = n_sel if torch.is_tensor(n_sel) else torch.full(probs.shape[:3], n_sel, device=probs.device)
+    top = topk_latest(probs, int(counts.max()) if counts.numel() else 0, counts)  # (B, n, H, S')
+    ok = (visible | forced)[:, None].expand_as(probs).gather(-1, top.clamp(min=0)) & (top >= 0)
+    return torch.where(ok, top, -1)
+
+
+def _nsa_compressed(q: Tensor, k_cmp: Tensor, v_cmp: Tensor, pos: Tensor, block_size: int,
+                    scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Compressed branch of one query block at positions pos (n,): output (B, n, HQ, Dv),
+    block probabilities averaged over each query group (B, n, H, C) and visibility (n, C)."""
+    b, n, hq, d = q.shape
+    h, c = k_cmp.shape[2], (int(pos[-1]) + 1) // block_size  # complete blocks the last query sees
+    visible = (torch.arange(c, device=q.device)[None, :] + 1) * block_size - 1 <= pos[:, None]  # (n, C)
+    logits = torch.einsum("bnhgd,bchd->bnhgc", q.view(b, n, h, hq // h, d), k_cmp[:, :c]) * scale
+    mask = visible[:, None, None]  # (n, 1, 1, C)
+    empty = ~mask.any(-1, keepdim=True)
+    p = logits.masked_fill(~(mask | empty), float("-inf")).softmax(-1)
+    o = torch.einsum("bnhgc,bchd->bnhgd", p, v_cmp[:, :c]).masked_fill(empty, 0.0)
+    return o.flatten(2, 3), p.detach().masked_fill(empty, 0.0).mean(3), visible
+
+
+def _nsa_selected(q: Tensor, k: Tensor, v: Tensor, block_indices: Tensor, pos: Tensor, block_size: int,
+                  scale: float) -> Tensor:
+    """Selected branch of one query block: each query over the tokens (<= its position) of
+    its head's blocks, block_indices (B, n, H, S), -1 = empty slot; a repeated block counts once."""
+    repeat = (block_indices[..., :, None] == block_indices[..., None, :]).tril(-1).any(-1)
+    block_indices = block_indices.masked_fill(repeat, -1)
+    tokens = (block_indices[..., None] * block_size + torch.arange(block_size, device=q.device)).flatten(-2)
+    ok = (tokens >= 0) & (tokens <= pos[:, None, None])  # (B, n, H, S * bs)
+    i = tokens.where(ok, 0).transpose(2, 3)  # (B, n, L, H)
+    return _attend(q, _gather_time(k, i), _gather_time(v, i), ok.transpose(2, 3), scale)
+
+
+def nsa_attention(q: Tensor, k: Tensor, v: Tensor, g_cmp: Tensor | None = None,
+                  g_slc: Tensor | None = None, g_swa: Tensor | None = None, *,
+                  block_counts: int | Tensor = 16, block_size: int = 64, window: int | None = 0,
+                  scale: float | None = None, block_indices: Tensor | None = None,
+                  k_cmp: Tensor | None = None, v_cmp: Tensor | None = None, chunk: int = CHUNK) -> Tensor:
+    """Native sparse attention with fla ``naive_nsa`` semantics, one query block at a time.
+
+    ``o = g_slc * o_slc + g_cmp * o_cmp + g_swa * o_swa`` with gates (B, Tq, HQ) already
+    squashed; q (B, Tq, HQ, D) are the last Tq of the Tk keys. Without ``g_cmp`` the
+    compressed branch is skipped and ``block_indices`` (B, Tq, H, S) must be given;
+    ``window`` of 0 / None skips the sliding branch. ``k_cmp``, ``v_cmp``: the means of
+    the complete key blocks when already known (a decoding cache), else pooled from k, v.
+    Ties among block scores go to the later block. Per block the memory is
+    ``chunk × (Tk / block_size + block_counts × block_size + window)``, linear in T.
+    """
+    _check_heads(q, k)
+    t_q, t_k = q.shape[1], k.shape[1]
+    scale = k.shape[-1] ** -0.5 if scale is None else scale
+    if g_cmp is None and block_indices is None:
+        raise ValueError("nsa_attention needs g_cmp (to select blocks) or block_indices")
+    if g_cmp is not None and k_cmp is None:
+        done = t_k // block_size * block_size  # a partial last block is never visible
+        k_cmp, v_cmp = mean_pool(k[:, :done], block_size), mean_pool(v[:, :done], block_size)
+    out = []
+    for s, e in _blocks(t_q, chunk):
+        pos = torch.arange(t_k - t_q + s, t_k - t_q + e, device=q.device)
+        o_cmp, selected = None, None if block_indices is None else block_indices[:, s:e]
+        if g_cmp is not None:
+            o_cmp, probs, visible = _nsa_compressed(q[:, s:e], k_cmp, v_cmp, pos, block_size, scale)
+            if selected is None:
+                n_sel = block_counts[:, s:e] if torch.is_tensor(block_counts) else block_counts
+                selected = _nsa_block_select(probs, pos, visible, n_sel, block_size)
+        o = _nsa_selected(q[:, s:e], k, v, selected, pos, block_size, scale)
+        if g_slc is not None:
+            o = o * g_slc[:, s:e, :, None]
+        if o_cmp is not None:
+            o = o + o_cmp * g_cmp[:, s:e, :, None]
+        if window:
+            lo = max(0, int(pos[0]) - window + 1)
+            o_swa = attention(q[:, s:e], k[:, lo:int(pos[-1]) + 1], v[:, lo:int(pos[-1]) + 1],
+                              window=window, scale=scale)
+            o = o + (o_swa if g_swa is None else o_swa * g_swa[:, s:e, :, None])
+        out.append(o)
+    return torch.cat(out, 1)
