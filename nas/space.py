@@ -480,6 +480,10 @@ def _oneshot_problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[
     if any(o.serving for o in spec.objectives):
         out.append(Problem("objectives", "one-shot search evaluates with the supernet's weights; "
                                          "serving metrics need stand-alone models: remove them"))
+    if spec.search.sampler.lower() == "grid":
+        out.append(Problem("search.sampler", "a one-shot sweep's sub-networks are chosen by "
+                                             "oneshot.search (strategy: exhaustive lists them all); "
+                                             "remove sampler: grid"))
     if spec.search.early_stopping is not None:
         out.append(Problem("search.early_stopping", "a one-shot sweep's trials evaluate, they do not "
                                                     "train: remove early_stopping"))
@@ -573,7 +577,15 @@ def _check_base(space: Space) -> None:
 
 
 def grid_size(space: Space) -> int | None:
-    """Number of points of a space whose parameters are all finite (None otherwise)."""
+    """Number of points of a space whose parameters are all finite (None otherwise); a
+    one-shot space's: its placements at the base ratio times its loop counts."""
+    if space.spec.oneshot is not None:
+        from math import comb, prod
+
+        from .oneshot import counts, loop_choices
+
+        c = counts(space)
+        return prod(comb(sum(c[i:]), c[i]) for i in range(len(c))) * len(loop_choices(space))
     total = 1
     for p in space.spec.params.values():
         if p.kind == "categorical":

@@ -211,12 +211,31 @@ def test_beam_depth_bounds_the_search():
     ("init_from: missing.pt\n", None, "oneshot.init_from", "no checkpoint at"),
     ("sampling: random\n", None, "oneshot.sampling", ""),
     ("search: {strategy: beam, width: 0}\n", None, "oneshot.search.width", ""),
+    ("loops: [1, 2]\n", ("proxy: {", "search: {sampler: grid}\nproxy: {"), "search.sampler", "oneshot.search"),
 ])
 def test_a_bad_oneshot_section_names_its_field(tmp_path, oneshot, base_edit, field, message):
     base = BASE if base_edit is None else BASE.replace(*base_edit)
     with pytest.raises(SpecError) as err:
         load_space(space_file(tmp_path, oneshot, base))
     assert any(p.path == field and message in p.message for p in err.value.problems), err.value
+
+
+def test_a_oneshot_space_counts_its_placements_and_loops(tmp_path):
+    from nas.space import grid_size
+
+    space = load_space(space_file(tmp_path, "loops: [1, 2, 3]\n"))
+    assert grid_size(space) == len(one.exhaustive(one.counts(space))) * 3 == 6 * 3
+    shipped = load_space("oneshot_placement")
+    assert grid_size(shipped) == 15 * 3 and one.counts(shipped) == (2, 4)
+
+
+def test_train_init_from_a_bad_file_is_one_line(tmp_path):
+    junk = tmp_path / "junk.pt"
+    torch.save({"weights": 1}, junk)
+    for path, message in [(tmp_path / "none.pt", "no such file"), (junk, "not a loopnas checkpoint")]:
+        run = run_cli("train", "tiny_noloop", "--task", "mqar", "--steps", "1", "--init-from", path, timeout=120)
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and len(lines) == 1 and message in lines[0], run.stderr
 
 
 def test_a_oneshot_space_takes_no_params(tmp_path):
