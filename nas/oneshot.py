@@ -44,21 +44,13 @@ def loop_choices(space) -> tuple[int | None, ...]:
     return space.spec.oneshot.loops or (None,)
 
 
-def uniform_in_spec() -> bool:
-    """Whether random placement itself has a ``uniform`` sampling mode (else the supernet
-    trainer draws uniform patterns; see ``runners.oneshot.supernet``)."""
-    return "sampling" in HybridSpec.model_fields
-
-
 def supernet_data(space) -> dict[str, Any]:
     """The supernet as a user-level spec mapping (see the module docstring)."""
     data = copy.deepcopy(space.base)
     one = space.spec.oneshot
     hybrid = {**data["hybrid"], "placement": "random"}
-    if one.sampling == "uniform":
-        hybrid["ratio"] = {name: 1 for name in hybrid["ratio"]}  # each option equally likely
-        if uniform_in_spec():
-            hybrid["sampling"] = "uniform"
+    if one.sampling == "uniform":  # every layer on its own, each option equally likely
+        hybrid.update(ratio={name: 1 for name in hybrid["ratio"]}, sampling="uniform")
     data["hybrid"] = hybrid
     if one.loops:
         n = len(one.loops)
@@ -210,4 +202,4 @@ def beam_search(score: Callable[[State], float | None], start: Iterable[State],
 
 __all__ = ["mixer_names", "counts", "loop_choices", "supernet_data", "supernet", "check_supernet",
            "subnet", "pattern_of", "candidate", "trial_params", "exhaustive", "rule_placements",
-           "swaps", "beam_search", "uniform_in_spec"]
+           "swaps", "beam_search"]

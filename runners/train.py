@@ -284,15 +284,13 @@ def _fingerprint(arch: ArchSpec, config: TrainConfig) -> str:
 
 
 def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None,
-          callback: Callback | None = None, resume: str | Path | None = None,
-          setup: Callable[[torch.nn.Module], None] | None = None) -> TrainResult:
+          callback: Callback | None = None, resume: str | Path | None = None) -> TrainResult:
     """Train ``arch`` on ``config.task`` and evaluate it.
 
     ``callback(step, metrics)`` runs after every evaluation; returning False stops the
     run (status ``stopped``). ``out_dir`` receives ``checkpoint.pt`` (every
     ``checkpoint_every`` steps and at the end) and ``result.json``. ``resume``: a
-    checkpoint of the same arch and config to continue from. ``setup(model)`` runs once on
-    the built model before training (a one-shot supernet sets its sampling rule there).
+    checkpoint of the same arch and config to continue from.
     """
     start = time.perf_counter()
     arch = arch if arch.is_canonical else resolve(arch)
@@ -314,8 +312,6 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
     loop_gen = torch.Generator().manual_seed(config.seed ^ _LOOP_SEED_SALT)
     model = build_model(proxy, backend=config.backend, device=device)
     initialise(model, proxy, config)
-    if setup is not None:
-        setup(model)
     conditioning = model.conditioning_parameters()
     optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr,
                                   betas=config.betas, fused=cuda or None)

@@ -2,10 +2,8 @@
 
 The supernet trains like any proxy (``runners.train``: progress bar, checkpoints, resume):
 random placement resamples every switch each forward pass (``sampling: ratio``: exactly the
-base ratio's counts, LT2's sampler), elastic depth mixes the loop counts inside every update.
-``sampling: uniform`` draws every layer independently and uniformly over the mixers: by
-random placement's own ``uniform`` mode where the spec language has it, else by the
-:func:`uniform_patterns` rule set on the model here.
+base ratio's counts, LT2's sampler; ``uniform``: every layer on its own, each mixer equally
+likely), elastic depth mixes the loop counts inside every update.
 """
 from __future__ import annotations
 
@@ -15,9 +13,9 @@ import torch
 from pydantic import ValidationError
 
 from builders.model import LoopLM, build_model
-from nas.oneshot import supernet, uniform_in_spec
+from nas.oneshot import supernet
 from nas.space import Space
-from nas.spec import ArchSpec, SwitchSpec
+from nas.spec import ArchSpec
 from runners.tasks import make_task
 from runners.train import CHECKPOINT, TrainConfig, TrainResult, train, with_vocab
 
@@ -49,22 +47,14 @@ def supernet_config(space: Space) -> TrainConfig:
                            f"{e['msg']}") from None
 
 
-def uniform_patterns(model: LoopLM) -> None:
-    """Every switch layer draws its option uniformly and independently each forward pass
-    (the torch RNG: a resumed run continues the same draws)."""
-    sizes = [len(l.mixer.options) if isinstance(l.mixer, SwitchSpec) else 1 for l in model.arch.layers]
-    model._pattern = lambda: [int(torch.randint(n, ())) for n in sizes]
-
-
 def train_supernet(space: Space, out: Path, progress: bool = True) -> TrainResult:
     """Train (or finish training) the supernet in ``out``; a finished one is read back."""
     if (out / RESULT).is_file() and (out / CHECKPOINT).is_file():
         return TrainResult.model_validate_json((out / RESULT).read_text())
     config = supernet_config(space).model_copy(update={"progress": progress})
     net = supernet(space)
-    setup = uniform_patterns if space.spec.oneshot.sampling == "uniform" and not uniform_in_spec() else None
     resume = out / CHECKPOINT if (out / CHECKPOINT).is_file() else None
-    return train(net, config, out_dir=out, resume=resume, setup=setup)
+    return train(net, config, out_dir=out, resume=resume)
 
 
 def load_supernet(space: Space, out: Path) -> tuple[LoopLM, ArchSpec]:
@@ -78,5 +68,5 @@ def load_supernet(space: Space, out: Path) -> tuple[LoopLM, ArchSpec]:
     return model.eval(), arch
 
 
-__all__ = ["OneShotError", "supernet_config", "uniform_patterns", "train_supernet", "load_supernet",
+__all__ = ["OneShotError", "supernet_config", "train_supernet", "load_supernet",
            "RESULT"]
