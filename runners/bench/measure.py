@@ -171,6 +171,10 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.3g} MiB"
+
+
 def max_context(model, batch_size: int, start: int, max_context: int, limit: int | None,
                 loops: int | None = None) -> ContextLimit:
     """Double the context from ``start`` while a prefill + decode fits: on CUDA until a real
@@ -191,7 +195,7 @@ def max_context(model, batch_size: int, start: int, max_context: int, limit: int
             return ContextLimit(batch_size, fits, context, peak_at_fit, "out of memory")
         if limit is not None and peak > limit:
             return ContextLimit(batch_size, fits, context, peak_at_fit,
-                                f"measured peak {peak} B exceeds the limit {limit} B")
+                                f"measured peak {_mib(peak)} exceeds the limit {_mib(limit)}")
         fits, peak_at_fit = context, peak
         context *= 2
     return ContextLimit(batch_size, fits, None, peak_at_fit, f"reached --max-context {max_context}")

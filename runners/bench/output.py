@@ -1,0 +1,108 @@
+"""What ``loopnas bench`` shows: a rich table, a PNG of throughput against context, JSON."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from .run import BenchResult
+
+PLOTTED = (("train_tokens_per_s", "training"), ("prefill_tokens_per_s", "prefill"),
+           ("decode_tokens_per_s", "decode"))
+
+
+def _si(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "—"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{prefix}{unit}"
+    return f"{x:.3g}{unit}"
+
+
+def _bytes(x: int | None) -> str:
+    if x is None:
+        return "—"
+    for scale, prefix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if x >= scale:
+            return f"{x / scale:.3g}{prefix}"
+    return f"{x}B"
+
+
+def table(result: BenchResult) -> Table:
+    """Throughput: tokens/s over the batch; MFU against the measured matmul peak."""
+    t = Table(title=f"{result.spec}: throughput on {result.device} ({result.device_name}), {result.dtype}, "
+                    f"backend {result.backend}; median of {result.repeats}, decode over "
+                    f"{result.decode_tokens} tokens")
+    for col in ("batch", "context", "train tok/s", "MFU", "prefill tok/s", "decode tok/s", "ms/token"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in result.rows:
+        t.add_row(str(r.batch_size), str(r.context), _si(r.train_tokens_per_s),
+                  "—" if r.train_mfu is None else f"{100 * r.train_mfu:.2g}%",
+                  _si(r.prefill_tokens_per_s), _si(r.decode_tokens_per_s),
+                  "—" if r.decode_ms_per_token is None else f"{r.decode_ms_per_token:.3g}")
+    return t
+
+
+def memory_table(result: BenchResult) -> Table:
+    """Peak memory of serving (prefill + decode) and of a training step; the cache after the
+    prefill, measured and as the cost model prices it."""
+    t = Table(title="memory: measured peaks; cache bytes after the prefill, measured vs cost model")
+    for col in ("batch", "context", "serving peak", "training peak", "cache", "cost model"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in result.rows:
+        cache = None if r.cache_kv_bytes is None else r.cache_kv_bytes + r.cache_state_bytes
+        t.add_row(str(r.batch_size), str(r.context), _bytes(r.peak_memory_bytes),
+                  _bytes(r.train_peak_memory_bytes), _bytes(cache),
+                  _bytes(r.cost_kv_bytes + r.cost_state_bytes))
+    return t
+
+
+def limits_table(result: BenchResult) -> Table:
+    limit = "the device's memory" if result.memory_limit is None else _bytes(result.memory_limit)
+    t = Table(title=f"largest context that fits (prefill + decode, doubling; limit: {limit})")
+    for col in ("batch", "fits", "peak there", "fails at", "why it stopped"):
+        t.add_column(col, justify="left" if col == "why it stopped" else "right",
+                     no_wrap=col != "why it stopped")
+    for l in result.limits:
+        t.add_row(str(l["batch_size"]), str(l["fits"] or "none"), _bytes(l["peak_at_fit"]),
+                  str(l["fails"] or "—"), l["reason"])
+    return t
+
+
+def plot(result: BenchResult, path: Path) -> Path:
+    """Throughput (tokens/s) against context: one panel per phase, one line per batch size."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PLOTTED), figsize=(4.2 * len(PLOTTED), 3.6), constrained_layout=True)
+    for ax, (field, title) in zip(axes, PLOTTED):
+        for b in sorted({r.batch_size for r in result.rows}):
+            pts = [(r.context, getattr(r, field)) for r in result.rows
+                   if r.batch_size == b and getattr(r, field) is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=f"batch {b}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_xlabel("context (tokens)")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    axes[0].set_ylabel("tokens / s")
+    fig.suptitle(f"{result.spec}: {result.device_name}, {result.dtype}, backend {result.backend}", fontsize=10)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(result: BenchResult, out: Path) -> tuple[Path, Path]:
+    """``out/bench.json`` and ``out/bench.png``."""
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / "bench.json"
+    json_path.write_text(result.model_dump_json(indent=2))
+    return json_path, plot(result, out / "bench.png")
+
+
+__all__ = ["limits_table", "memory_table", "plot", "table", "write"]

@@ -1,0 +1,89 @@
+"""``loopnas bench`` on a tiny spec on CPU, its measurements, and serving objectives in a sweep."""
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from builders.model import build_model
+from nas import load_arch
+from runners.bench.measure import max_context, measure_train, serving_peak
+from runners.bench.memory import peak_memory
+from runners.cli import main
+from spaces import arch_path
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["--decode-tokens", "2", "--repeats", "1"]
+
+
+def test_bench_cli_prints_tables_and_writes_plot_and_json(tmp_path, capsys, one_thread):
+    out = tmp_path / "b"
+    rc = main(["bench", "tiny_mixerloop", "--contexts", "32,64", "--batch-sizes", "1,2", *FAST,
+               "--memory-limit", "2MiB", "--max-context", "4096", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "tiny_mixerloop: throughput on cpu" in text and "largest context that fits" in text
+    assert (out / "bench.png").stat().st_size > 1000
+    result = json.loads((out / "bench.json").read_text())
+    assert [(r["batch_size"], r["context"]) for r in result["rows"]] == [(1, 32), (1, 64), (2, 32), (2, 64)]
+    for r in result["rows"]:
+        assert r["error"] is None
+        for key in ("train_tokens_per_s", "prefill_tokens_per_s", "decode_tokens_per_s",
+                    "decode_ms_per_token", "peak_memory_bytes", "train_peak_memory_bytes", "train_mfu"):
+            assert math.isfinite(r[key]) and r[key] > 0, key
+        # a GDN model's cache is its recurrent state: exactly what the cost model prices
+        assert r["cache_kv_bytes"] == r["cost_kv_bytes"] == 0
+        assert r["cache_state_bytes"] == r["cost_state_bytes"] > 0
+    limits = result["limits"]
+    assert [l["batch_size"] for l in limits] == [1, 2]
+    for l in limits:  # the search stopped where the measured peak crossed the limit
+        assert l["fails"] == 2 * l["fits"] and l["peak_at_fit"] <= 2 << 20 and "exceeds" in l["reason"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--contexts", "128,abc"], "--contexts '128,abc': expected comma-separated positive integers"),
+    (["--batch-sizes", "0"], "--batch-sizes '0': expected comma-separated positive integers"),
+    (["--memory-limit", "lots"], "--memory-limit 'lots': expected a size"),
+    pytest.param(["--device", "cuda"], "CUDA is not available",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")),
+], ids=["contexts", "batch", "memory", "device"])
+def test_bad_input_is_one_line_exit_2(argv, message, capsys):
+    assert main(["bench", "tiny_noloop", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+def test_unknown_spec_is_an_error_without_traceback():
+    proc = subprocess.run([sys.executable, "-m", "runners", "bench", "no_such_spec.yaml"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("error:")
+
+
+def test_cpu_peak_memory_sees_the_tensors_a_region_allocates():
+    def region():
+        a = torch.empty(1 << 20, dtype=torch.uint8)   # 1 MiB
+        b = torch.empty(3 << 20, dtype=torch.uint8)   # 3 MiB, while a is live
+        del a, b
+        return torch.empty(2 << 20, dtype=torch.uint8)  # 2 MiB after both are freed
+    _, peak = peak_memory(region, torch.device("cpu"), baseline=5)
+    assert peak.bytes == (4 << 20) + 5
+
+
+def test_serving_peak_grows_with_context_and_the_search_stops_at_the_limit(one_thread):
+    model = build_model(load_arch(arch_path("tiny_noloop")), backend="torch")
+    small, large = (serving_peak(model, 1, n).bytes for n in (64, 512))
+    assert large > small > sum(p.numel() * 4 for p in model.parameters())
+    found = max_context(model, 1, 64, 1 << 14, limit=(small + large) // 2)
+    assert 64 <= found.fits < 512 and found.fails == 2 * found.fits
+
+
+def test_training_step_changes_the_weights_and_is_timed(one_thread):
+    model = build_model(load_arch(arch_path("tiny_noloop")), backend="torch")
+    before = model.embed.weight.detach().clone()
+    t = measure_train(model, 2, 16, repeats=1)
+    assert t.tokens_per_s > 0 and t.peak.bytes > 0
+    assert not torch.equal(before, model.embed.weight)
