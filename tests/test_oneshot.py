@@ -298,3 +298,18 @@ def test_oneshot_sweep_end_to_end(tmp_path, one_thread):
     again = run_cli("sweep", path, "--out", exp, "--resume")
     assert again.returncode == 0, again.stderr[-2000:]
     assert len(read_trials(exp)) == len(trials)
+
+
+def test_a_oneshot_sweep_cut_short_resumes_without_evaluating_twice(tmp_path, one_thread):
+    from runners.sweep.run import run_sweep
+
+    path = space_file(tmp_path, "loops: [1, 2]\nsearch: {strategy: exhaustive}\n")
+    exp = run_sweep(path, out=tmp_path / "exp", trials=5, progress=False)
+    first = {t.id: t for t in read_trials(exp)}
+    assert len(first) == 5 and json.loads((exp / "oneshot.json").read_text())["search"]["budget_spent"]
+    run_sweep(path, out=exp, resume=True, progress=False)
+    done = read_trials(exp)
+    assert len(done) == 6 * 2 == len({t.spec_hash for t in done})  # every placement at every T, once
+    assert all(t.status == "complete" for t in done)
+    assert all(next(t for t in done if t.id == i).finished == r.finished for i, r in first.items())
+    assert not json.loads((exp / "oneshot.json").read_text())["search"]["budget_spent"]

@@ -103,11 +103,17 @@ class OneShotSearch:
         while record is None:
             if self.sweep.counted() >= self.sweep.total:
                 raise BudgetSpent
-            self.sweep.study.enqueue_trial(params, skip_if_exists=False)
+            if not self._waiting():  # a resumed sweep first re-runs its interrupted trials
+                self.sweep.study.enqueue_trial(params, skip_if_exists=False)
             self._next()
             record = self._done(params)
         self.patterns[record.duplicate_of or record.id] = (tuple(pattern), loops)
         return record.values.get(self.metric.name)
+
+    def _waiting(self) -> bool:
+        import optuna
+
+        return bool(self.sweep.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
 
     def _next(self) -> None:
         """Ask the study for its next trial (an enqueued one) and settle it."""
