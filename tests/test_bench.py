@@ -87,3 +87,56 @@ def test_training_step_changes_the_weights_and_is_timed(one_thread):
     t = measure_train(model, 2, 16, repeats=1)
     assert t.tokens_per_s > 0 and t.peak.bytes > 0
     assert not torch.equal(before, model.embed.weight)
+
+
+def test_sweep_measures_serving_objectives_per_trial(tmp_path, one_thread):
+    from runners.export.pick import choose
+    from runners.report.data import load
+    from runners.sweep.front import front
+    from runners.sweep.records import read_experiment, read_trials
+    from runners.sweep.run import run_sweep
+
+    space = tmp_path / "serving.yaml"
+    space.write_text(textwrap.dedent("""\
+        name: serving
+        base: tiny_noloop
+        params:
+          boundary: {target: loop.boundary, choices: [none, block]}
+          T: {target: loop.T, choices: [2], when: {boundary: [block]}}
+        objectives:
+          - {metric: acc, direction: maximize}
+          - {metric: decode_latency_ms, direction: minimize}
+          - {metric: unique_params, direction: minimize}
+          - {metric: cache_bytes, direction: minimize, batch_size: 2}
+        proxy: {task: s5, task_params: {seq_len: 4, degree: 2}, steps: 2, batch_size: 4, eval_every: 2}
+        search: {sampler: grid, trials: 2, concurrency: 1}
+        seq_len: 32
+        """))
+    exp = run_sweep(space, out=tmp_path / "exp", backend="optuna", progress=False)
+    objectives = read_experiment(exp).objectives
+    assert [(o.name, o.quality, o.serving) for o in objectives] == [
+        ("acc", True, False), ("decode_latency_ms", False, True), ("unique_params", False, False),
+        ("cache_bytes", False, True)]
+    trials = {r.params["boundary"]: r for r in read_trials(exp)}
+    assert {r.status for r in trials.values()} == {"complete"}, [r.reason for r in trials.values()]
+    for r in trials.values():
+        values = r.values
+        assert math.isfinite(values["decode_latency_ms"]) and values["decode_latency_ms"] > 0
+        assert 0 <= values["acc"] <= 1 and values["unique_params"] == r.cost["unique_params"]
+        # measured at batch 2: the cost model's recurrent state of two sequences, exactly
+        assert values["cache_bytes"] == 2 * r.cost["state_bytes"] * 2  # fp32 on CPU, cost sheet in bf16
+    # the looped candidate keeps one recurrent state per loop application
+    assert trials["block"].values["cache_bytes"] == 2 * trials["none"].values["cache_bytes"]
+    assert front(read_trials(exp), objectives)
+    report = load(exp)
+    assert report.quality.name == "acc" and len(report.rows) == 2
+    assert choose(exp, pick="best-quality").how.count("best acc") == 1
+    assert "lowest unique_params" in choose(exp, pick="cheapest").how
+
+
+def test_experiments_written_before_serving_objectives_still_load():
+    from runners.sweep.records import Objective
+
+    old = Objective.model_validate_json('{"name": "acc", "direction": "maximize", "measured": true}')
+    cost = Objective.model_validate_json('{"name": "kv_bytes@4096", "direction": "minimize", "measured": false}')
+    assert old.quality and not old.serving and not cost.quality and cost.metric == "kv_bytes"

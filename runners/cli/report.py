@@ -15,11 +15,11 @@ SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="Price memory a
 
 
 def front_table(exp) -> Table:
-    """The front, cheapest projection compute first; the knee marked ★. Cost objectives
-    appear once, among the cost columns."""
+    """The front, cheapest projection compute first; the knee marked ★. The quality and
+    serving objectives have a column each; cost objectives appear among the cost columns."""
     from runners.report.axes import nbytes, si
-    measured = [o for o in exp.objectives if o.measured]
-    from runners.report.page import plural
+    from runners.report.page import plural, value_text
+    measured = [o for o in exp.objectives if o.quality] + [o for o in exp.objectives if o.serving]
     table = Table(title=f"{exp.record.name}: Pareto front ({len(exp.front)} of "
                         f"{plural(len(exp.rows), 'point')}; ★ knee)")
     table.add_column("trial", no_wrap=True)
@@ -29,7 +29,7 @@ def front_table(exp) -> Table:
     for i in sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label)):
         r = exp.rows[i]
         table.add_row(r.label + (" ★" if i == exp.knee else ""),
-                      *(f"{r.values[o.name]:.4g}" for o in measured),
+                      *(value_text(o, r.values[o.name]) for o in measured),
                       si(r.compute), si(r.params), nbytes(r.memory), r.summary)
     return table
 

@@ -2,9 +2,10 @@
 
 Every complete trial contributes its points (an elastic trial one per evaluated loop
 count ``k``), each with a value for every objective of the experiment. ``knee`` is the
-front's knee (:func:`nas.pareto.knee_point`); ``best-quality`` the best value of the first
-measured objective, ``cheapest`` the best value of the first cost-model objective, each
-with ties broken by the remaining objectives in order (so both lie on the front).
+front's knee (:func:`nas.pareto.knee_point`); ``best-quality`` the best value of the proxy's
+quality objective, ``cheapest`` the best value of the first cost-model objective (the first
+measured serving cost when there is none), each with ties broken by the remaining
+objectives in order (so both lie on the front).
 """
 from __future__ import annotations
 
@@ -81,11 +82,11 @@ def pick_index(cands: list[Candidate], objectives: list[Objective], pick: Pick) 
         values = np.array([[c.values[o.name] for o in objectives] for c in cands])
         names = ", ".join(f"{o.name} ({o.direction})" for o in objectives)
         return knee_point(values, [o.direction for o in objectives]), f"the knee of the Pareto front over {names}"
-    measured = [o for o in objectives if o.measured]
-    priced = [o for o in objectives if not o.measured]
-    first = measured if pick == "best-quality" else priced
+    quality = [o for o in objectives if o.quality]
+    costs = [o for o in objectives if not o.measured] + [o for o in objectives if o.serving]
+    first = quality if pick == "best-quality" else costs
     if not first:
-        kind = "measured (quality)" if pick == "best-quality" else "cost-model"
+        kind = "measured (quality)" if pick == "best-quality" else "cost-model or serving"
         raise ExportError(f"--pick {pick}: the experiment has no {kind} objective")
     order = [first[0]] + [o for o in objectives if o is not first[0]]
     word = "best" if pick == "best-quality" else "lowest"

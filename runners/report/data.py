@@ -84,8 +84,9 @@ class Experiment:
 
     @property
     def quality(self) -> Objective:
-        """The y-axis: the first measured objective (the first objective if none is)."""
-        return next((o for o in self.objectives if o.measured), self.objectives[0])
+        """The y-axis: the proxy's quality objective (the first objective if there is none,
+        e.g. serving costs against cost-model ones)."""
+        return next((o for o in self.objectives if o.quality), self.objectives[0])
 
     @property
     def counts(self) -> Counter:

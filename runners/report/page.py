@@ -50,9 +50,22 @@ def cost_items(row: Row) -> list[tuple[str, str]]:
     return items
 
 
+def value_text(objective, value: float) -> str:
+    """An objective's value in its unit: quality as measured, bytes, ms, tokens/s, counts."""
+    metric = objective.metric
+    if objective.quality:
+        return f"{value:.4g}"
+    if metric.endswith("bytes"):
+        return nbytes(value)
+    if metric == "decode_latency_ms":
+        return f"{value:.4g} ms"
+    if metric.endswith("tokens_per_s"):
+        return f"{si(value)} tok/s"
+    return si(value)
+
+
 def metric_items(exp: Experiment, row: Row) -> list[tuple[str, str]]:
-    items = [(o.name, f"{row.values[o.name]:.4g}" if o.measured else si(row.values[o.name]))
-             for o in exp.objectives]
+    items = [(o.name, value_text(o, row.values[o.name])) for o in exp.objectives]
     if row.trial.rungs:
         last = row.trial.rungs[-1]
         items += [(k, f"{v:.4g}") for k, v in last.metrics.items() if k not in row.values]
@@ -110,4 +123,4 @@ def document(title: str, body: str) -> str:
             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>{body}</body></html>")
 
 
-__all__ = ["diagram_uri", "document", "front_table", "header"]
+__all__ = ["diagram_uri", "document", "front_table", "header", "value_text"]

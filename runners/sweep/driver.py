@@ -167,9 +167,10 @@ class Sweep:
         check_proxy(space)
         self.space, self.out, self.backend = space, Path(out), backend
         spec = space.spec
-        self.objectives = [Objective(name=o.name, direction=o.direction, measured=o.measured)
-                           for o in spec.objectives]
-        self.measured = next((o for o in spec.objectives if o.measured), None)
+        self.objectives = [Objective(name=o.name, direction=o.direction, measured=o.measured,
+                                     serving=o.serving) for o in spec.objectives]
+        self.quality = next((o for o in spec.objectives if o.quality), None)
+        self.serving = [o for o in spec.objectives if o.serving]
         self.total = trials or spec.search.trials
         self.final = FINAL
         if spec.search.sampler.lower() == "grid" and space.sample_fn is None:
@@ -326,7 +327,9 @@ class Sweep:
         config = _merge(self.space.spec.proxy.model_dump(mode="json", exclude_none=True), proxy)
         config.update(seed=self.space.spec.search.seed, checkpoint_every=self.space.spec.proxy.eval_every)
         return {"id": rid, "arch": record.arch, "config": config, "dir": str(self.out / TRIALS / rid),
-                "metric": self.measured.metric if self.measured else "eval_loss",
+                "metric": self.quality.metric if self.quality else "eval_loss",
+                "serving": [{"name": o.name, "metric": o.metric, "seq_len": o.seq_len or self.space.spec.seq_len,
+                             "batch_size": o.batch_size or 1} for o in self.serving],
                 "timeout": self.space.spec.search.trial_timeout, "resume": bool(trial.user_attrs.get(_RESUME))}
 
     def _sheet(self, arch, sheets: dict) -> dict:
@@ -357,7 +360,7 @@ class Sweep:
         return ArchSpec.model_validate(record.arch)
 
     def _oriented(self, quality: float) -> float:
-        return quality if self.measured is None or self.measured.direction == "maximize" else -quality
+        return quality if self.quality is None or self.quality.direction == "maximize" else -quality
 
     def on_rung(self, rid: str, rung: Rung) -> bool:
         """Record a rung; False: stop the trial here (Pareto-aware early stopping)."""
@@ -371,14 +374,18 @@ class Sweep:
         return not self.stopper.decide(rid, rung.step, self._cost_key(record), quality)
 
     def points(self, record: TrialRecord, measured: list[dict]) -> list[Point]:
-        """One point per evaluated loop count (elastic), else one: every objective's value."""
+        """One point per evaluated loop count (elastic), else one: every objective's value
+        (quality from the proxy, serving metrics as the trial measured them at that loop
+        count, cost-model values priced at it)."""
         elastic = [m for m in measured if m["k"] is not None]
         out = []
         for m in elastic or measured:
             values = {}
             for o in self.space.spec.objectives:
-                if o.measured:
+                if o.quality:
                     values[o.name] = float(m["value"])
+                elif o.serving:
+                    values[o.name] = float(m["serving"][o.name])
                 else:
                     values[o.name] = cost_value(self._arch(record), o.metric, o.seq_len or self.space.spec.seq_len,
                                                 k=m["k"], sheets=self._sheets.setdefault(record.id, {}))
@@ -416,11 +423,11 @@ class Sweep:
         main = record.points[-1].values if record.points else None
         if status == "complete" and main is not None:
             self.study.tell(trial, [main[o.name] for o in self.objectives])
-        elif status == "infeasible" and self.space.constraints and record.arch is not None and self.measured:
+        elif status == "infeasible" and self.space.constraints and record.arch is not None and (
+                self.quality or self.serving):
             # constraint-aware samplers learn the infeasible region from complete trials
             # whose constraints are > 0; plain Optuna's best_trials leaves them out.
-            fill = 0.0 if self.measured.direction == "maximize" else 1e9
-            values = {o.name: fill if o.measured else cost_value(self._arch(record), o.metric,
+            values = {o.name: _fill(o) if o.measured else cost_value(self._arch(record), o.metric,
                       o.seq_len or self.space.spec.seq_len, sheets=self._sheets.get(record.id, {}))
                       for o in self.space.spec.objectives}
             self.study.tell(trial, [values[o.name] for o in self.objectives])
@@ -433,6 +440,14 @@ class Sweep:
         """The driver is stopping early: active trials stay ``running`` for --resume."""
         self.active.clear()
         self.waiting.clear()
+
+
+def _fill(objective) -> float:
+    """A poor value for a measured objective of a trial that never ran (serving bytes and
+    milliseconds can exceed the 1e9 that is poor for a loss)."""
+    if objective.direction == "maximize":
+        return 0.0
+    return 1e18 if objective.serving else 1e9
 
 
 def default_out(space: Space) -> Path:

@@ -34,12 +34,25 @@ class _Record(BaseModel):
 
 class Objective(_Record):
     """One objective: a quality metric measured by the proxy (``acc``, ``eval_loss``,
-    ``n_max``) or a cost-model quantity known before training (``projection_flops``,
-    ``unique_params``, ``kv_bytes``, ``train_flops``, ``seq_mixing_flops``)."""
+    ``n_max``), a serving cost measured on the trained model (``decode_latency_ms``,
+    ``peak_memory_bytes``, ...: ``nas.space.SERVING_METRICS``) or a cost-model quantity
+    known before training (``projection_flops``, ``unique_params``, ``kv_bytes``, ...)."""
 
     name: str
     direction: Direction
-    measured: bool = Field(description="True for a proxy metric, False for a cost-model value")
+    measured: bool = Field(description="True for a proxy or serving metric, False for a cost-model value")
+    serving: bool = Field(False, description="a measured serving cost (experiments written before "
+                                             "serving objectives have none)")
+
+    @property
+    def quality(self) -> bool:
+        """The proxy's quality metric: measured, not a serving cost."""
+        return self.measured and not self.serving
+
+    @property
+    def metric(self) -> str:
+        """The metric's name without the context it is priced at (``kv_bytes@4096``)."""
+        return self.name.split("@", 1)[0]
 
 
 class Rung(_Record):

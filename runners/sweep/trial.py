@@ -1,6 +1,7 @@
 """One trial, wherever it runs (a Ray actor or a local worker process): train the proxy,
-report each rung, and return an outcome. A trial never raises: an exception, a NaN, an
-out-of-memory error or the time limit each become an outcome with a reason."""
+report each rung, measure its serving objectives on the trained model, and return an
+outcome. A trial never raises: an exception, a NaN, an out-of-memory error or the time
+limit each become an outcome with a reason."""
 from __future__ import annotations
 
 import os
@@ -35,8 +36,10 @@ def _set_threads() -> None:
 
 
 def run_trial(job: dict[str, Any], report: Report) -> dict[str, Any]:
-    """Train ``job['arch']`` with ``job['config']``; ``job['metric']`` names the measured
-    objective, ``job['timeout']`` the time limit in seconds (checked at every evaluation)."""
+    """Train ``job['arch']`` with ``job['config']``; ``job['metric']`` names the quality
+    objective, ``job['serving']`` the serving objectives (``name``, ``metric``,
+    ``seq_len``, ``batch_size``; measured after training), ``job['timeout']`` the time
+    limit in seconds (checked at every evaluation)."""
     start = time.time()
     outcome: dict[str, Any] = {"status": "failed", "reason": None, "rungs": [], "measured": [],
                                "started": start, "node": job.get("node") or socket.gethostname()}
@@ -98,8 +101,32 @@ def _train(job: dict[str, Any], report: Report, start: float) -> dict[str, Any]:
         known = ", ".join(sorted(result.final)) or "none"
         return {"status": "failed", "rungs": rungs,
                 "reason": f"the proxy reports no metric {metric!r}; it reports: {known}"}
+    if job.get("serving"):
+        try:
+            _measure_serving(job["serving"], result.arch, config, out_dir / CHECKPOINT, measured)
+        except Exception as exc:  # the proxy trained; its serving measurement did not run
+            return {"status": "failed", "rungs": rungs, "reason": f"serving measurement: {_reason(exc)}"}
     return {"status": "complete", "reason": result.reason, "rungs": rungs, "measured": measured,
             "steps": result.steps, "tokens": result.tokens}
+
+
+def _measure_serving(objectives: list[dict], arch, config, checkpoint: Path, measured: list[dict]) -> None:
+    """Each point's serving objectives, measured on the trained weights at its loop count
+    (an elastic trial: at each evaluated k), in the serving dtype (bf16 where the trainer
+    ran under bf16 autocast)."""
+    import torch
+
+    from builders.model import build_model
+    from runners.bench.serving import serving_values
+
+    device = torch.device(config.device)
+    dtype = torch.bfloat16 if device.type == "cuda" and config.dtype == "bfloat16" else torch.float32
+    model = build_model(arch, backend=config.backend, device=device)
+    model.load_state_dict(torch.load(checkpoint, map_location=device, weights_only=False)["model"])
+    model = model.to(dtype).eval()
+    elastic = [m for m in measured if m["k"] is not None]
+    for m in elastic or measured:
+        m["serving"] = serving_values(model, objectives, loops=m["k"], dtype=dtype)
 
 
 def ray_trainable(config: dict[str, Any]) -> None:
