@@ -22,12 +22,15 @@ def sweep_cmd(
     address: Annotated[str | None, typer.Option("--address", help="Join an existing Ray cluster (auto or host:port).")] = None,
 ) -> None:
     """Search a space and write an experiment directory (default runs/<space name>).
+    A one-shot space (with a oneshot: section) trains one supernet, then evaluates its
+    sub-networks with its weights, each a trial; the front's are extracted with weights.
 
     Examples:
       loopnas sweep spaces/quickstart.yaml
       loopnas sweep quickstart --backend ray --out runs/qs
       loopnas sweep quickstart --out runs/qs --resume
       loopnas sweep my_space.yaml --backend ray --address auto
+      loopnas sweep spaces/oneshot_placement.yaml --out runs/os
     """
     from nas.space import load_space
     from runners.sweep.driver import SweepError
