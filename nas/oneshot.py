@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import math
-from itertools import permutations
+from itertools import combinations
 from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar
 
 from .errors import Problem, SpecError
@@ -135,12 +135,24 @@ def trial_params(space, pattern: Sequence[int], loops: int | None) -> dict[str, 
 # ---------------------------------------------------------------- the search
 
 
-def exhaustive(counts_: Sequence[int]) -> list[tuple[int, ...]]:
+def exhaustive(counts_: Sequence[int], limit: int = 1_000_000) -> list[tuple[int, ...]]:
     """Every placement with ``counts_[i]`` layers of option i, in lexicographic order."""
-    items = [i for i, c in enumerate(counts_) for _ in range(c)]
-    if math.factorial(len(items)) > 5_000_000:
-        raise ValueError(f"{len(items)} layers: too many placements to list; use beam search")
-    return sorted(set(permutations(items)))
+    L, total = sum(counts_), 1
+    for i, c in enumerate(counts_):
+        total *= math.comb(sum(counts_[i:]), c)
+    if total > limit:
+        raise ValueError(f"{total:,} placements of {L} layers: too many to list; use beam search")
+    placements: list[list[int | None]] = [[None] * L]
+    for option, c in enumerate(counts_):
+        nxt = []
+        for p in placements:
+            for chosen in combinations([i for i, o in enumerate(p) if o is None], c):
+                q = list(p)
+                for i in chosen:
+                    q[i] = option
+                nxt.append(q)
+        placements = nxt
+    return sorted(tuple(p) for p in placements)
 
 
 def rule_placements(names: Sequence[str], counts_: Sequence[int]) -> list[tuple[int, ...]]:

@@ -144,15 +144,17 @@ class OneShotSearch:
 
 
 def planned(space: Space) -> int:
-    """Trials the search may run: every placement (exhaustive) or the beam's most."""
-    counts, nk = one.counts(space), len(one.loop_choices(space))
-    total = len(one.exhaustive(counts)) if sum(counts) <= 10 else None
+    """Trials the search may run: every placement at every loop count (exhaustive), or
+    at most the beam's start, plus width × moves per step, at every loop count."""
+    from nas.space import grid_size
+
+    everything = grid_size(space)
     search = space.spec.oneshot.search
     if search.strategy == "exhaustive":
-        return total * nk
+        return everything
+    counts, nk = one.counts(space), len(one.loop_choices(space))
     moves = len(one.swaps(tuple(i for i, c in enumerate(counts) for _ in range(c))))
-    beam = len(one.RULES) + (search.depth or sum(counts)) * search.width * moves
-    return min(beam, total or beam) * nk
+    return min(everything, (len(one.RULES) + (search.depth or sum(counts)) * search.width * moves) * nk)
 
 
 def search(space: Space, run: OneShotSearch) -> tuple[tuple[int, ...], dict]:

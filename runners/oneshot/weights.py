@@ -33,7 +33,7 @@ def _mixer_prefixes(target: ArchSpec, source: ArchSpec) -> dict[str, str]:
     return out
 
 
-def _source_name(name: str, prefixes: dict[str, str], target: ArchSpec) -> str | None:
+def _source_name(name: str, prefixes: dict[str, str]) -> str | None:
     if ".mixer." not in name:
         return name
     for t, s in prefixes.items():
@@ -52,7 +52,7 @@ def inherit(model: torch.nn.Module, target: ArchSpec, state: dict[str, torch.Ten
     left = []
     with torch.no_grad():
         for name, tensor in own.items():
-            src = _source_name(name, prefixes, target)
+            src = _source_name(name, prefixes)
             value = state.get(src) if src is not None else None
             if value is None:
                 left.append(name)
