@@ -128,16 +128,18 @@ def apply_rotary(q: Tensor, k: Tensor, theta: float, offset: int = 0) -> tuple[T
 
 def dsa_index_scores(q_idx: Tensor, k_idx: Tensor, w_idx: Tensor | None = None, *,
                      scale: float | None = None) -> Tensor:
-    """Lightning-indexer scores, unmasked: (B, T, T).
+    """Lightning-indexer scores, unmasked: (B, Tq, Tk).
 
-    ``I[t, s] = sum_j w[t, j] * relu(scale * q_idx[t, j] . k_idx[s])``; q_idx (B, T, HI, DI),
-    k_idx (B, T, DI) shared across index heads, w_idx (B, T, HI) or None (weight 1).
+    ``I[t, s] = sum_j w[t, j] * relu(scale * q_idx[t, j] . k_idx[s])``; q_idx (B, Tq, HI, DI),
+    k_idx (B, Tk, DI) shared across index heads, w_idx (B, Tq, HI) or None (weight 1).
     """
     scale = q_idx.shape[-1] ** -0.5 if scale is None else scale
-    s = F.relu(torch.einsum("bthd,bsd->bths", q_idx, k_idx) * scale)  # (B, T, HI, T)
+    b, t, hi, di = q_idx.shape
+    s = torch.bmm(q_idx.reshape(b, t * hi, di), k_idx.transpose(1, 2)).view(b, t, hi, -1)  # (B, Tq, HI, Tk)
+    s = s.mul_(scale).relu_()
     if w_idx is None:
         return s.sum(2)
-    return torch.einsum("bths,bth->bts", s, w_idx)
+    return torch.matmul(w_idx.unsqueeze(-2), s).squeeze(-2)  # (B, Tq, Tk)
 
 
 def dsa_select(scores: Tensor, topk: int, window: int | None = None) -> Tensor:
@@ -284,25 +286,30 @@ def _blocks(t: int, chunk: int):
 
 
 def topk_latest(scores: Tensor, k: int, counts: Tensor | None = None) -> Tensor:
-    """Indices of the ``k`` (or per-row ``counts`` <= k) largest ``scores`` (..., N), descending, -1 padded.
+    """Positions of the ``k`` (or per-row ``counts`` <= k) largest ``scores`` (..., N), descending, -1 padded.
 
     ``torch.topk`` breaks ties as its algorithm happens to; here a tie goes to the later
-    index, so a query keeps the same keys whether it is scored alone (decoding) or in a
+    position, so a query keeps the same keys whether it is scored alone (decoding) or in a
     block of any size (exact zeros of the relu indexer tie often). Returns (..., min(k, N)).
     """
-    n = scores.shape[-1]
-    k = min(k, n)
-    counts = torch.full(scores.shape[:-1], k, device=scores.device) if counts is None else counts.clamp(max=k)
-    counts = counts.to(scores.device, torch.long)[..., None]
+    k = min(k, scores.shape[-1])
     if k == 0:
         return scores.new_empty(*scores.shape[:-1], 0, dtype=torch.long)
-    values = scores.topk(k, dim=-1).values  # descending
-    threshold = values.gather(-1, (counts - 1).clamp(min=0))
-    above, tied = scores > threshold, scores == threshold
-    later_ties = tied.flip(-1).cumsum(-1).flip(-1)  # ties at or after each position
-    keep = (above | (tied & (later_ties <= counts - above.sum(-1, keepdim=True)))) & (counts > 0)
-    position = torch.arange(n, device=scores.device)
-    return torch.where(keep, position, -1).topk(k, dim=-1).values
+    values, top = scores.topk(k, dim=-1)  # (..., k), values descending
+    c = torch.full(scores.shape[:-1], k) if counts is None else counts.clamp(max=k)
+    c = c.to(scores.device, torch.long)[..., None]
+    threshold = values.gather(-1, (c - 1).clamp(min=0))
+    sel = torch.where(torch.arange(k, device=scores.device) < c, top, -1)
+    # where exactly c scores reach the threshold the top-c set is unique; elsewhere the ties decide
+    tied_rows = (((scores >= threshold).sum(-1, keepdim=True) != c) & (c > 0)).squeeze(-1).nonzero(as_tuple=True)
+    if tied_rows[0].numel():
+        sub, thr, room = scores[tied_rows], threshold[tied_rows], c[tied_rows]  # (R, N), (R, 1), (R, 1)
+        above, tied = sub > thr, sub == thr
+        later_ties = tied.flip(-1).cumsum(-1).flip(-1)  # ties at or after each position
+        keep = above | (tied & (later_ties <= room - above.sum(-1, keepdim=True)))
+        position = torch.arange(sub.shape[-1], device=sub.device)
+        sel[tied_rows] = torch.where(keep, position, -1).topk(k, dim=-1).values
+    return sel.sort(-1, descending=True).values
 
 
 def _gather_time(x: Tensor, idx: Tensor) -> Tensor:
@@ -344,7 +351,7 @@ def dsa_topk(q_idx: Tensor, k_idx: Tensor, w_idx: Tensor | None = None, *, topk:
         allowed = causal_mask(e - s, hi - lo, window, q_idx.device)  # (n, L)
         w_blk = None if w_idx is None else w_idx[:, s:e]
         scores = dsa_index_scores(q_idx[:, s:e], k_idx[:, lo:hi], w_blk, scale=scale)  # (B, n, L)
-        top = topk_latest(scores.masked_fill(~allowed, float("-inf")), topk)  # (B, n, K')
+        top = topk_latest(scores.masked_fill_(~allowed, float("-inf")), topk)  # (B, n, K')
         ok = allowed.expand_as(scores).gather(-1, top)
         pad = width - top.shape[-1]
         idx.append(F.pad(top + lo, (0, pad)))
