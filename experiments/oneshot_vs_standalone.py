@@ -84,6 +84,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=300, help="proxy steps: the supernet's and each stand-alone run's")
     ap.add_argument("--pick", type=int, default=2, help="placements from each of top, middle, bottom")
+    ap.add_argument("--noise", type=int, default=2, help="placements retrained at seed 1 (the first and "
+                    "last picked, ...): the stand-alone seed noise")
     ap.add_argument("--out", type=Path, default=Path("runs/oneshot_vs_standalone"))
     ap.add_argument("--write", type=Path, default=None, help="the results markdown to write")
     args = ap.parse_args()
@@ -111,6 +113,13 @@ def main() -> None:
                      "standalone_loss": result.final["eval_loss"], "standalone_acc": result.final["acc"],
                      "standalone_time": result.wall_time, "trial": t.id})
         print(json.dumps(rows[-1]), flush=True)
+    noise = []
+    for r in [rows[0], rows[-1], *rows[1:-1]][:args.noise] if len(rows) > 1 else rows[:args.noise]:
+        again = train(ArchSpec.model_validate(next(t.arch for t in trials if t.id == r["trial"])),
+                      config.model_copy(update={"seed": 1}))
+        noise.append({"placement": r["placement"], "seed0": r["standalone_loss"], "seed1": again.final["eval_loss"],
+                      "acc0": r["standalone_acc"], "acc1": again.final["acc"]})
+        print(json.dumps(noise[-1]), flush=True)
     standalone_each = sum(r["standalone_time"] for r in rows) / len(rows)
     tau = kendall_tau([r["oneshot_loss"] for r in rows], [r["standalone_loss"] for r in rows])
     p = permutation_p([r["oneshot_loss"] for r in rows], [r["standalone_loss"] for r in rows])
@@ -119,6 +128,7 @@ def main() -> None:
               "supernet_time": summary["supernet"]["wall_time"], "eval_time": summary["search"]["wall_time"],
               "standalone_each": standalone_each, "standalone_all": standalone_each * len(trials),
               "placements": len(trials), "standalone_spread": max(losses) - min(losses), "rows": rows,
+              "noise": noise,
               "steps": args.steps, "supernet_final": summary["supernet"]["final"]}
     (args.out / "results.json").write_text(json.dumps(report, indent=2))
     print(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=2))
@@ -150,6 +160,9 @@ def markdown(r: dict, argv: str) -> str:
         f"- **Kendall τ = {r['tau']:.3f}** over {r['n']} placements (exact one-sided permutation "
         f"p = {r['p']:.3f}).",
         f"- Spread of the stand-alone losses over these placements: {r['standalone_spread']:.4f}.",
+        *[f"- Seed noise: `{n['placement']}` stand-alone at seed 0 / seed 1: eval loss {n['seed0']:.4f} / "
+          f"{n['seed1']:.4f} (acc {n['acc0']:.3f} / {n['acc1']:.3f}); |Δ| = {abs(n['seed0'] - n['seed1']):.4f}."
+          for n in r["noise"]],
         f"- Wall-clock: the one-shot search took {r['oneshot_time']:.0f} s (supernet "
         f"{r['supernet_time']:.0f} s, {r['placements']} evaluations {r['eval_time']:.0f} s); one stand-alone "
         f"run takes {r['standalone_each']:.0f} s, so all {r['placements']} would take "

@@ -83,7 +83,7 @@ class OneShotSearch:
                  on_change: Callable[[], None] = lambda: None):
         self.sweep, self.model, self.net, self.task, self.batches = sweep, model, net, task, batches
         self.space: Space = sweep.space
-        self.metric = sweep.measured
+        self.metric = sweep.quality  # the one quality objective (a one-shot space has no serving ones)
         self.on_change = on_change
         self.steps = 0  # the supernet's training steps: the rung every evaluation reports at
         self.patterns: dict[str, tuple[tuple[int, ...], int | None]] = {}  # trial id → subnet
