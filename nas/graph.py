@@ -23,6 +23,7 @@ import networkx as nx
 
 from .errors import Problem
 from .plan import Loop, Node, Step, applications, iteration_overrides, plan
+from .rules import GraphStep, rules_of
 from .spec import (
     ArchSpec, AttnSpec, DSASpec, LoopRegion, MoESpec, NSASpec, OpAddr, ParallelSpec, SwitchSpec,
     sub_mixers,
@@ -73,23 +74,11 @@ def _branches(op) -> tuple[str, ...]:
     return tuple(variant(b) for b in sub[1]) if sub is not None else ()
 
 
-def _shared_gates(arch: ArchSpec) -> int:
-    return sum(r.update.kind == "residual_gate" and r.update.shared for r in arch.loops)
-
-
 def update_label(arch: ArchSpec, r: LoopRegion) -> str:
-    """The update rule in a few words: ``ρ-gate``, ``gated step``, ``re-inject add``."""
-    u = r.update
-    if u.kind == "residual_gate":
-        text = "ρ-gate" + (", shared" if u.shared and _shared_gates(arch) > 1 else "")
-    elif u.kind == "gated_step":
-        text = "gated step"
-    elif u.kind == "reinject":
-        text = f"re-inject {u.mode}"
-    else:
-        text = ""
-    extras = {"index": "index cond", "index_budget": "index+budget cond"}.get(r.conditioning)
-    return ", ".join(t for t in (text, extras, "routing replay" if r.routing_replay else "") if t)
+    """The region's rules in a few words (``ρ-gate``, ``gated step``, ``re-inject add``,
+    ``index cond``, each from its :mod:`nas.rules` module), then routing replay."""
+    words = [rule.label(r, arch) for rule in rules_of(r)] + ["routing replay" if r.routing_replay else ""]
+    return ", ".join(w for w in words if w)
 
 
 def loop_label(arch: ArchSpec, r: LoopRegion, paren: bool = False) -> str:
@@ -230,23 +219,25 @@ class _Unroller:
         return self.add(f"loops.{i}.{what}", path, cur, layer=None, op=what, kind=kind,
                         variant=kind, label=kind, param_group=group, overrides={}, loop=i)
 
+    def rule_node(self, i: int, g: GraphStep, path: LoopPath, cur: str, other: str) -> str:
+        """A rule's node (:class:`nas.rules.GraphStep`); ``other``: the node its extra edge
+        reads (the region input or the state before the iteration)."""
+        group = None if g.group is None else (g.group if g.shared else f"loops.{i}.{g.group}")
+        nid = self.extra(i, g.what, g.kind, group, path, cur)
+        if g.edge is not None and other != cur:  # (re-injection into the first iteration: one edge)
+            self.g.add_edge(other, nid, flow=g.edge)
+        return nid
+
     def loop(self, n: Loop, path: LoopPath, cur: str) -> str:
         r, i, region_in = n.region, n.index, cur
-        u = r.update
+        rules = rules_of(r)
         for t in range(n.T):
             p, prev = path + ((i, t),), cur
-            if u.kind == "reinject" and t > 0:
-                cur = self.extra(i, "reinject", f"reinject_{u.mode}",
-                                 None if u.mode == "add" else f"loops.{i}.reinject", p, cur)
-                self.g.add_edge(region_in, cur, flow="input")
-            if r.conditioning != "none":
-                cur = self.extra(i, "condition", r.conditioning, f"loops.{i}.cond", p, cur)
+            for g in (g for rule in rules for g in rule.before(r, t)):
+                cur = self.rule_node(i, g, p, cur, region_in)
             cur = self.walk(n.body, p, cur)
-            if u.kind == "residual_gate" or (u.kind == "gated_step" and t > 0):
-                group = ("rho" if u.shared else f"loops.{i}.rho") if u.kind == "residual_gate" \
-                    else f"loops.{i}.gate"
-                cur = self.extra(i, "update", u.kind, group, p, cur)
-                self.g.add_edge(prev, cur, flow="state")
+            for g in (g for rule in rules for g in rule.after(r, t)):
+                cur = self.rule_node(i, g, p, cur, prev)
         return cur
 
     def walk(self, nodes: tuple[Node, ...], path: LoopPath, cur: str) -> str:

@@ -14,7 +14,7 @@ from .errors import Problem, SpecError, fail, format_path, from_validation_error
 from .placement import option_weights, placement, ratio_counts
 from .spec import (
     FFN_KINDS, MAX_APPLICATIONS, MIXER_KINDS, ArchSpec, AttnSpec, DSASpec, FFNSpec, HybridSpec, IterOverride,
-    LayerSpec, LoopRegion, LoopSugar, Mamba2Spec, MixerSpec, ModelSpec, MoESpec,
+    LayerSpec, LoopRegion, LoopSugar, Mamba2Spec, MixerSpec, ModelSpec, MoESpec, NormSpec,
     NSASpec, OpAddr, Spec, SwiGLUSpec, SwitchSpec, sub_mixers,
 )
 
@@ -176,7 +176,9 @@ def _raw_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
 def _region(a: OpAddr, b: OpAddr, sugar: LoopSugar, schedule=()) -> LoopRegion:
     return LoopRegion(start=a, end=b, T=sugar.T, update=sugar.update,
                       conditioning=sugar.conditioning, schedule=schedule,
-                      routing_replay=sugar.routing_replay)
+                      routing_replay=sugar.routing_replay,
+                      iteration_norm=NormSpec() if sugar.iteration_norm else None,
+                      truncate=sugar.truncate)
 
 
 def _selected(sugar: LoopSugar, layers, path: str) -> list[OpAddr]:
@@ -281,7 +283,15 @@ def _stray_fields(sugar: LoopSugar, path: str) -> list[Problem]:
             for f in changed if _ONLY_FOR.get(f, sugar.boundary) != sugar.boundary]
 
 
-def lower_loop(sugar: LoopSugar, layers, path: str = "loop") -> list[LoopRegion]:
+def lower_loop(sugar: LoopSugar, layers, path: str = "loop", norm: NormSpec | None = None
+               ) -> list[LoopRegion]:
+    """The regions of one ``loop`` sugar (``norm``: the model's, for ``iteration_norm``)."""
+    regions = _lower_loop(sugar, layers, path)
+    return [r.model_copy(update={"iteration_norm": norm}) if r.iteration_norm is not None and norm
+            else r for r in regions]
+
+
+def _lower_loop(sugar: LoopSugar, layers, path: str) -> list[LoopRegion]:
     L = len(layers)
     last = OpAddr(layer=L - 1, op="ffn")
     b = sugar.boundary
@@ -318,6 +328,15 @@ def _weighted(layers: tuple[LayerSpec, ...], rp: HybridSpec | None) -> tuple[Lay
                  and len(l.mixer.options) == len(w) else l for l in layers)
 
 
+def _loop_ffn(layers: tuple[LayerSpec, ...], ffn: FFNSpec, regions: list[LoopRegion],
+              model: ModelSpec, path: str) -> tuple[LayerSpec, ...]:
+    """``loop.ffn``: every layer a region of this loop touches takes ``ffn`` (with
+    ``model.defaults`` and derived sizes applied), e.g. MoE only in ELR's recurrent block."""
+    inside = {i for r in regions for i in range(r.start.layer, r.end.layer + 1)}
+    resolved = _sized(_with_defaults(ffn, model.defaults, f"{path}.ffn"), model.width, f"{path}.ffn")
+    return tuple(l.model_copy(update={"ffn": resolved}) if i in inside else l for i, l in enumerate(layers))
+
+
 def lower(spec: ArchSpec) -> ArchSpec:
     """The canonical form of ``spec`` (idempotent), at the sizes written. A ``match``
     block is not lowering: :func:`nas.load.resolve` solves it after validation (lower →
@@ -330,7 +349,11 @@ def lower(spec: ArchSpec) -> ArchSpec:
     sugars = spec.loop if isinstance(spec.loop, tuple) else ((spec.loop,) if spec.loop else ())
     regions = list(spec.loops)
     for j, s in enumerate(sugars):
-        regions += lower_loop(s, layers, "loop" if isinstance(spec.loop, LoopSugar) else f"loop[{j}]")
+        path = "loop" if isinstance(spec.loop, LoopSugar) else f"loop[{j}]"
+        own = lower_loop(s, layers, path, spec.model.norm)
+        if s.ffn is not None:
+            layers = _loop_ffn(layers, s.ffn, own, spec.model, path)
+        regions += own
     rp = spec.hybrid if spec.hybrid and spec.hybrid.placement == "random" else spec.random_placement
     return ArchSpec(
         name=spec.name, description=spec.description,

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator, Union
 
+from .rules import rules_of
 from .spec import MAX_APPLICATIONS, ArchSpec, LoopRegion, OpAddr
 
 
@@ -103,7 +104,7 @@ def max_loops(arch: ArchSpec) -> int:
 def per_loop_rows(arch: ArchSpec) -> bool:
     """Whether the model holds per-iteration parameter rows (ρ, conditioning tables),
     sized by :func:`max_loops`."""
-    return any(r.update.kind == "residual_gate" or r.conditioning != "none" for r in arch.loops)
+    return any(rule.per_loop_rows(r) for r in arch.loops for rule in rules_of(r))
 
 
 def loop_count_problem(arch: ArchSpec, loops: int | None) -> str | None:

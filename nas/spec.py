@@ -11,6 +11,7 @@ from the model width when lowered (see each field's description).
 """
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -350,10 +351,16 @@ class ReinjectUpdate(Spec):
     """Huginn/Parcae input re-injection of the region's input ``e`` before each
     iteration after the first: ``add``: ``h + e``; ``concat``: ``W [h; e]`` (W starts as
     ``[I, 0]``); ``diagonal``: ``a ⊙ h + b ⊙ e`` with ``a = exp(−softplus(·)) ∈ (0, 1)``
-    (stable)."""
+    (stable).
+
+    ``initial_state``: ``input`` (the first iteration reads ``e`` itself); ``zeros`` or
+    ``random`` (Huginn: ``s₀ ~ N(0, init_std²)``, drawn per forward pass): the state starts
+    there and re-injection runs before every iteration, the first included."""
 
     kind: Literal["reinject"] = "reinject"
     mode: Literal["add", "concat", "diagonal"] = "add"
+    initial_state: Literal["input", "zeros", "random"] = "input"
+    init_std: PosFloat = 1.0
 
 
 UpdateRule = Annotated[
@@ -380,7 +387,12 @@ class IterOverride(Spec):
 
 class LoopRegion(Spec):
     """Canonical loop: the contiguous sublayers ``start..end`` (inclusive, execution
-    order) applied ``T`` times with shared weights."""
+    order) applied ``T`` times with shared weights.
+
+    ``iteration_norm``: a norm applied to the state after every iteration (Ouro's sandwich
+    norm). ``truncate``: truncated backpropagation through the iterations: only the last
+    ``truncate`` iterations carry gradient (the state entering them is detached; the
+    region input re-injected into them keeps its gradient, as in Huginn)."""
 
     start: OpAddr
     end: OpAddr
@@ -389,6 +401,8 @@ class LoopRegion(Spec):
     conditioning: Literal["none", "index", "index_budget"] = "none"
     schedule: tuple[IterOverride, ...] = ()
     routing_replay: bool = False
+    iteration_norm: NormSpec | None = None
+    truncate: LoopCount | None = None
 
 
 class SelectSpec(Spec):
@@ -409,6 +423,10 @@ class LoopSugar(Spec):
     - ``windows``: a loop-level schedule, one window per iteration (``full`` or an int)
       for every attention mixer in the loop (LT2's coarse-to-fine full→swa512→…).
     - ``topk``: the same for DSA mixers, one top-k per iteration.
+    - ``iteration_norm``: the model's norm after every iteration (Ouro); ``truncate``: only
+      the last n iterations carry gradient (see :class:`LoopRegion`).
+    - ``ffn``: the FFN of every layer this loop covers (e.g. MoE only in ELR's recurrent
+      block), instead of the layer template's.
     """
 
     boundary: Literal["none", "block", "mixer", "ffn", "selective", "elr"]
@@ -423,14 +441,100 @@ class LoopSugar(Spec):
     windows: tuple[PositiveInt | Literal["full"], ...] | None = None
     topk: tuple[PositiveInt, ...] | None = None
     routing_replay: bool = False
+    iteration_norm: bool = False
+    truncate: LoopCount | None = None
+    ffn: FFNSpec | None = None
+
+
+def poisson_lognormal_pmf(mean: float, sigma: float, max_k: int) -> tuple[float, ...]:
+    """``P(k)`` for k = 1..max_k of Huginn's loop count: ``τ ~ N(log mean − σ²/2, σ)``,
+    ``k = min(Poisson(e^τ) + 1, max_k)`` (the mass above ``max_k`` lands on it; E[e^τ] =
+    mean). The integral over τ is a trapezoid sum on ±12σ (4001 points: the integrand is
+    smooth and Gaussian-tailed, so the sum is exact to ~1e-12)."""
+    import numpy as np
+
+    j = np.arange(max_k - 1)[:, None]  # Poisson outcomes 0 .. max_k - 2
+    log_fact = np.array([math.lgamma(x + 1) for x in range(max_k - 1)])[:, None]
+    if sigma == 0:
+        tau, w = np.array([math.log(mean)]), np.array([1.0])
+    else:
+        mu = math.log(mean) - sigma * sigma / 2
+        tau = np.linspace(mu - 12 * sigma, mu + 12 * sigma, 4001)
+        w = np.exp(-0.5 * ((tau - mu) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
+        w = w * (tau[1] - tau[0]) * np.r_[0.5, np.ones(len(tau) - 2), 0.5]
+    pmf = np.exp(j * tau[None, :] - np.exp(tau)[None, :] - log_fact) @ w
+    head = [float(x) for x in pmf]
+    return (*head, max(0.0, 1.0 - sum(head)))
+
+
+# loop-count distribution kinds and the fields each one takes (besides kind and per)
+_DIST_FIELDS = {"categorical": ("values", "weights"), "fixed": ("k",), "uniform": ("low", "high"),
+                "poisson_lognormal": ("mean", "sigma", "max")}
+
+
+def _dist_table(data: dict) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """``(values, weights)`` of a non-categorical loop-count distribution."""
+    kind = data["kind"]
+    missing = [f for f in _DIST_FIELDS[kind] if data.get(f) is None]
+    if missing:
+        raise ValueError(f"kind {kind} needs {', '.join(_DIST_FIELDS[kind])}; missing {', '.join(missing)}")
+    if kind == "fixed":
+        return (data["k"],), (1.0,)
+    if kind == "uniform":
+        lo, hi = data["low"], data["high"]
+        if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi <= MAX_LOOPS):
+            raise ValueError(f"uniform needs integers 1 <= low <= high <= {MAX_LOOPS} (got {lo}, {hi})")
+        return tuple(range(lo, hi + 1)), (1.0 / (hi - lo + 1),) * (hi - lo + 1)
+    mean, sigma, top = data["mean"], data["sigma"], data["max"]
+    if not (isinstance(top, int) and 2 <= top <= MAX_LOOPS) or not mean > 0 or not sigma >= 0:
+        raise ValueError(f"poisson_lognormal needs mean > 0, sigma >= 0 and an integer max in "
+                         f"2..{MAX_LOOPS} (got mean={mean}, sigma={sigma}, max={top})")
+    return tuple(range(1, top + 1)), poisson_lognormal_pmf(float(mean), float(sigma), top)
 
 
 class LoopDist(Spec):
-    """A distribution over loop counts. The default is ELR's single-loop coverage
-    (2nd/3rd/4th loops in 67.5/45/22.5% of samples, mean 2.35)."""
+    """A distribution over loop counts, and how often it is drawn.
 
+    ``kind``: ``categorical`` (``values`` with ``weights``; the default is ELR's
+    single-loop coverage: 2nd/3rd/4th loops in 67.5/45/22.5% of samples, mean 2.35),
+    ``fixed`` (``k``), ``uniform`` (``low..high``), ``poisson_lognormal`` (Huginn:
+    ``τ ~ N(log mean − σ²/2, σ)``, ``k = Poisson(e^τ) + 1`` clamped at ``max``). Every kind
+    is written out as ``values`` / ``weights`` (the exact probabilities, which the cost
+    model's expectations and the sampler read); a dumped spec reloads to the same table.
+    ``per``: a fresh draw for every ``row`` of a micro-batch (ELR), every ``micro_batch``,
+    or every optimizer ``step`` (Huginn)."""
+
+    kind: Literal["categorical", "fixed", "uniform", "poisson_lognormal"] = "categorical"
     values: tuple[LoopCount, ...] = Field((1, 2, 3, 4), min_length=1)
     weights: tuple[NonNegFloat, ...] = Field((0.325, 0.225, 0.225, 0.225), min_length=1)
+    k: LoopCount | None = None
+    low: LoopCount | None = None
+    high: LoopCount | None = None
+    mean: PosFloat | None = None
+    sigma: NonNegFloat | None = None
+    max: LoopCount | None = None
+    per: Literal["row", "micro_batch", "step"] = "row"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tabulate(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("kind", "categorical") not in _DIST_FIELDS:
+            return data
+        kind = data.get("kind", "categorical")
+        stray = [f for fields in _DIST_FIELDS.values() for f in fields
+                 if f not in _DIST_FIELDS[kind] and data.get(f) is not None
+                 and not (f in ("values", "weights"))]
+        if stray:
+            raise ValueError(f"{', '.join(stray)} do not apply to kind {kind}; remove them")
+        if kind == "categorical":
+            return data
+        values, weights = _dist_table(data)
+        written = data.get("values"), data.get("weights")
+        if written != (None, None) and (tuple(written[0] or ()) != values or len(written[1] or ()) != len(weights)
+                                        or any(abs(a - b) > 1e-12 for a, b in zip(written[1], weights))):
+            raise ValueError(f"values and weights follow from kind {kind} and its parameters; "
+                             "remove them")
+        return {**data, "values": values, "weights": weights}
 
     @field_validator("weights")
     @classmethod

@@ -9,7 +9,7 @@ import math
 
 from .errors import Problem
 from .placement import option_weights
-from .plan import application_cap_problem
+from .plan import application_cap_problem, max_loops
 from .spec import (
     WEIGHT_TOLERANCE, ArchSpec, AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, LoopRegion,
     Mamba2Spec, MoESpec, NSASpec, SwitchSpec, sub_mixers,
@@ -111,6 +111,10 @@ def region_problems(arch: ArchSpec, r: LoopRegion, path: str, moe_before: list[i
                            "sublayers in execution order"))
     for j, o in enumerate(r.schedule):
         out += _override_problems(arch, r, o, f"{path}.schedule[{j}]")
+    if r.truncate is not None and r.truncate >= max(r.T, max_loops(arch)):
+        out.append(Problem(f"{path}.truncate", f"truncate={r.truncate} keeps the gradient of every "
+                           f"iteration (the loop runs at most {max(r.T, max_loops(arch))}); use "
+                           "fewer, or remove truncate"))
     moe_before = moe_before if moe_before is not None else _moe_prefix(arch)
     if r.routing_replay and moe_before[r.end.flat + 1] == moe_before[r.start.flat]:
         out.append(Problem(f"{path}.routing_replay", "the loop contains no MoE FFN to replay; "

@@ -4,7 +4,9 @@ ELR mixes loop counts *inside* every optimizer update (different data-parallel r
 different counts on their micro-batches); a single count per update ("lockstep", Huginn)
 loses the one-loop endpoint. Here every row of a micro-batch draws its count from
 ``elastic.train``, and the rows that drew the same count form one micro-batch of that
-depth, so every update mixes depths whatever the gradient-accumulation setting. Mixing
+depth, so every update mixes depths whatever the gradient-accumulation setting
+(``per: row``, the default; ``micro_batch`` and ``step`` draw one count per micro-batch or
+per optimizer step, Huginn's lockstep). Mixing
 starts at the ``switch_at`` fraction of training (ELR's late switch); before it every row
 runs one loop, the schedule :mod:`nas.elastic` defines for the cost model too.
 """
@@ -17,14 +19,40 @@ from nas.elastic import before_switch, train_dist
 from nas.spec import ArchSpec, LoopDist
 
 
+def draw_counts(dist: LoopDist, n: int, generator: torch.Generator) -> list[int]:
+    """``n`` loop counts drawn from ``dist``'s table (its exact probabilities, which the cost
+    model's expectations read; for ``poisson_lognormal`` the marginal of Huginn's
+    τ → Poisson draw)."""
+    weights = torch.tensor(dist.weights, dtype=torch.float64)
+    draws = torch.multinomial(weights, n, replacement=True, generator=generator)  # (n,)
+    return [dist.values[i] for i in draws.tolist()]
+
+
+def step_dist(dist: LoopDist | None, generator: torch.Generator) -> LoopDist | None:
+    """The optimizer step's distribution: for ``per: step``, one count drawn for the whole
+    step (every micro-batch of the step runs it); any other distribution unchanged. The
+    trainer calls this once per step, before its micro-batches."""
+    if dist is None or dist.per != "step" or len(dist.values) == 1:
+        return dist
+    (k,) = draw_counts(dist, 1, generator)
+    return LoopDist(values=(k,), weights=(1.0,))
+
+
 def loop_groups(dist: LoopDist | None, batch_size: int, generator: torch.Generator
                 ) -> list[tuple[int | None, torch.Tensor | None]]:
     """``(loops, rows)`` pairs that partition a micro-batch: ``rows`` indexes the batch
-    (None: all of it) and ``loops`` is the count those rows run (None: the spec's T)."""
+    (None: all of it) and ``loops`` is the count those rows run (None: the spec's T).
+    ``per: row`` draws a count per row, ``micro_batch`` one for the micro-batch; a
+    ``per: step`` distribution must be drawn first, once per step (:func:`step_dist`)."""
     if dist is None:
         return [(None, None)]
     if len(dist.values) == 1:
         return [(dist.values[0], None)]
+    if dist.per == "step":
+        raise ValueError("a per-step loop-count distribution is drawn once per optimizer step: "
+                         "pass step_dist(dist, generator) to loop_groups")
+    if dist.per == "micro_batch":
+        return [(draw_counts(dist, 1, generator)[0], None)]
     weights = torch.tensor(dist.weights, dtype=torch.float64)
     draws = torch.multinomial(weights, batch_size, replacement=True, generator=generator)  # (B,)
     groups = []
@@ -41,4 +69,4 @@ def projection_compute(arch: ArchSpec, loops: int | None = None) -> float:
     return float(projection_flops(arch, loops=loops).total)
 
 
-__all__ = ["train_dist", "before_switch", "loop_groups", "projection_compute"]
+__all__ = ["train_dist", "before_switch", "draw_counts", "step_dist", "loop_groups", "projection_compute"]

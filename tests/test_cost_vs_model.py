@@ -490,6 +490,13 @@ num_layers: 2
 layer: {mixer: {kind: gdn, use_gate: false, conv_bias: true}, ffn: {kind: swiglu, hidden_size: 96}}
 loop: {boundary: mixer, T: 3, update: {kind: gated_step}}
 """,
+    "gdn_huginn_from_first": """
+model: {vocab_size: 96, width: 64, defaults: {gdn: {num_heads: 2, head_dim: 32}}}
+num_layers: 3
+layer: {mixer: {kind: gdn}, ffn: {kind: swiglu, hidden_size: 128}}
+loop: {boundary: elr, prelude: 1, recurrent: 1, coda: 1, T: 3, truncate: 2, iteration_norm: true,
+       update: {kind: reinject, mode: concat, initial_state: random}}
+""",
     "gdn_fullloop_concat": """
 model: {vocab_size: 96, width: 64, tie_embeddings: false, defaults: {gdn: {num_heads: 2, head_dim: 32}}}
 num_layers: 2

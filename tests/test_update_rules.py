@@ -77,3 +77,48 @@ def test_rule_matches_hand_written_loop(rule, k):
             for p in loop_params.values():
                 p.add_(0.5)
         assert not torch.allclose(model(ids, loops=k).logits, got)
+
+
+# ---------------------------------------------------------------- one registration per rule
+
+OPTIONS = {
+    "iteration_norm": "{kind: residual_gate, shared: false}, iteration_norm: true",
+    "from_first": "{kind: reinject, mode: diagonal, initial_state: zeros}, conditioning: index_budget",
+}
+
+
+def test_every_rule_is_registered_once_on_both_sides():
+    """Each update-rule kind of the spec union and each region option has exactly one
+    spec-side entry (parameters, cost, graph, label) and one executor entry, under the
+    same key; registering a key again is refused."""
+    import typing
+
+    from builders import rules as executors
+    from nas import rules
+    from nas.spec import UpdateRule
+
+    kinds = {c.model_fields["kind"].default for c in typing.get_args(typing.get_args(UpdateRule)[0])}
+    assert set(rules.UPDATES) == kinds
+    assert set(executors.RULES) == kinds | set(rules.OPTIONS)
+    with pytest.raises(ValueError, match="registered twice"):
+        rules.register_update("plain")(rules.Rule)
+    with pytest.raises(ValueError, match="registered twice"):
+        executors.register("conditioning")(executors.LoopRule)
+
+
+@pytest.mark.parametrize("rule", {**RULES, **OPTIONS})
+def test_rule_parameters_are_counted_exactly(rule):
+    """The cost sheet's extras (from each rule's module) are the built model's loop
+    parameters, name by name and size by size."""
+    from nas.cost import cost
+
+    update = {**RULES, **OPTIONS}[rule]
+    arch = loads_arch(BASE + f"loop: {{boundary: block, T: {T}, update: {update}}}\n")
+    model = build_model(arch, backend="torch", device="meta")
+    params = {n: p.numel() for n, p in model.named_parameters() if n.startswith(("loops.", "rho"))}
+    sheet = cost(arch)
+    owned = {e.name: sum(v for n, v in params.items() if n == e.name or n.startswith(e.name + "."))
+             for e in sheet.figures.extras}
+    assert owned == {e.name: e.params for e in sheet.figures.extras}
+    assert sum(owned.values()) == sum(params.values())
+    assert sheet.unique_params == sum(p.numel() for p in model.parameters())

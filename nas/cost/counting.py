@@ -29,12 +29,14 @@ class Counts(NamedTuple):
     regions around it; ``T[j]``: region j's loop count; ``routed[f]``: applications that
     route afresh, the product of ``T`` over the regions containing f without routing replay
     (a replay region's later iterations reuse the routing of its first, as the executor
-    does, and ELR's replay saves the router evaluations)."""
+    does, and ELR's replay saves the router evaluations); ``iterations[j]``: iterations of
+    region j, ``T_j · Π T`` of the regions around it."""
 
     apps: tuple[int, ...]
     updates: tuple[int, ...]
     T: tuple[int, ...]
     routed: tuple[int, ...]
+    iterations: tuple[int, ...]
 
 
 def counts(arch: ArchSpec, loops: int | None = None) -> Counts:
@@ -46,16 +48,16 @@ def counts(arch: ArchSpec, loops: int | None = None) -> Counts:
     ts = tuple(r.T if loops is None else loops for r in arch.loops)
     apps = flat_counts(arch, loops)
     routed = flat_counts(arch, loops, skip=lambda r: r.routing_replay)
-    updates = [0] * len(spans)
+    updates, iterations = [0] * len(spans), [0] * len(spans)
     stack: list[tuple[int, int]] = []
     for j in sorted(range(len(spans)), key=lambda j: (spans[j][0], -spans[j][1])):
         a, b = spans[j]
         while stack and stack[-1][0] < a:
             stack.pop()
         outer = stack[-1][1] if stack else 1
-        updates[j] = (ts[j] - 1) * outer
+        updates[j], iterations[j] = (ts[j] - 1) * outer, ts[j] * outer
         stack.append((b, outer * ts[j]))
-    return Counts(tuple(apps), tuple(updates), ts, tuple(routed))
+    return Counts(tuple(apps), tuple(updates), ts, tuple(routed), tuple(iterations))
 
 
 def with_override(op: Spec, window, topk) -> Spec:

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from ..elastic import expected, phases
 from ..plan import check_loops, max_loops
+from ..rules import rules_of
 from ..spec import ArchSpec, MoESpec, NoFFNSpec, Spec, SwitchSpec
 from .counting import _CACHE, Counts, _key, counts, layer_choices, mixer_settings
 from .ops import op_active_params, op_kv_elements, op_params, op_seq_flops, op_state_elements
@@ -68,32 +69,22 @@ class Figures(NamedTuple):
 
 
 def _extras(arch: ArchSpec, c: Counts) -> tuple[ExtraCost, ...]:
-    """Loop-extra parameters (m = :func:`max_loops`) and their matmul FLOPs per token.
-
-    ρ (m, d): one ``rho`` for all regions with a shared residual gate, else one per region;
-    gated step ``gate`` Linear(2d, d) + bias, run from the second iteration on:
-    ``2·(2d² + d)`` per update; concat re-injection Linear(2d, d): ``2·2d²`` per update;
-    diagonal re-injection two (d) vectors; conditioning tables (m, d): ``index_emb``, and
-    ``budget_emb`` for ``index_budget``. Elementwise ones cost no FLOPs."""
+    """Loop-extra parameters (m = :func:`max_loops`) and their matmul FLOPs per token: each
+    rule's :class:`nas.rules.Extra` (derived in its module), its FLOPs times the runs of the
+    rule (``updates`` or ``iterations`` of the region). A shared tensor (the shared ρ) is
+    listed once, first, under the model's own name."""
     d, m = arch.model.width, max_loops(arch)
-    out = []
-    if any(r.update.kind == "residual_gate" and r.update.shared for r in arch.loops):
-        out.append(ExtraCost("rho", m * d, 0.0))
-    for j, (r, ups) in enumerate(zip(arch.loops, c.updates)):
-        u, p = r.update, f"loops.{j}."
-        if u.kind == "residual_gate" and not u.shared:
-            out.append(ExtraCost(p + "rho", m * d, 0.0))
-        elif u.kind == "gated_step":
-            out.append(ExtraCost(p + "gate", 2 * d * d + d, 2.0 * (2 * d * d + d) * ups))
-        elif u.kind == "reinject" and u.mode == "concat":
-            out.append(ExtraCost(p + "reinject", 2 * d * d, 4.0 * d * d * ups))
-        elif u.kind == "reinject" and u.mode == "diagonal":
-            out += [ExtraCost(p + "reinject_a", d, 0.0), ExtraCost(p + "reinject_b", d, 0.0)]
-        if r.conditioning != "none":
-            out.append(ExtraCost(p + "index_emb", m * d, 0.0))
-        if r.conditioning == "index_budget":
-            out.append(ExtraCost(p + "budget_emb", m * d, 0.0))
-    return tuple(out)
+    shared: dict[str, ExtraCost] = {}
+    own = []
+    for j, r in enumerate(arch.loops):
+        runs = {"update": c.updates[j], "iteration": c.iterations[j]}
+        for rule in rules_of(r):
+            for e in rule.extras(r, d, m):
+                if e.shared:
+                    shared.setdefault(e.name, ExtraCost(e.name, e.size, 0.0))
+                    continue
+                own.append(ExtraCost(f"loops.{j}.{e.name}", e.size, e.flops * runs[e.runs]))
+    return (*shared.values(), *own)
 
 
 class _Static(NamedTuple):
@@ -306,18 +297,31 @@ def _figures_dict(f: Figures) -> dict:
             "kv_cache_bytes": f.kv_cache_bytes, "state_bytes": f.state_bytes}
 
 
-def _train_forward(arch: ArchSpec, fig) -> float:
-    """Forward FLOPs per training token over the run's phases (:func:`nas.elastic.phases`,
-    what the trainer runs): each region's T without elastic depth; with it, one loop
-    before ``switch_at`` (ELR switches a trained 1-loop model to mixed depth), then the
-    ``train`` distribution's expectation."""
-    return sum(frac * expected(dist, lambda k: fig(k).forward_flops) for frac, dist in phases(arch))
+def _truncated(arch: ArchSpec, k: int | None) -> ArchSpec:
+    """The loop that backpropagation runs through at loop count ``k``: a region with
+    ``truncate: n`` as a loop of ``min(n, k)`` iterations (the last ones)."""
+    return arch.model_copy(update={"loops": tuple(
+        r.model_copy(update={"T": min(r.truncate, k or r.T) if r.truncate else (k or r.T)})
+        for r in arch.loops)})
+
+
+def _train_flops(arch: ArchSpec, fig, grad_fig) -> float:
+    """Training FLOPs per token over the run's phases (:func:`nas.elastic.phases`, what the
+    trainer runs): each region's T without elastic depth; with it, one loop before
+    ``switch_at`` (ELR switches a trained 1-loop model to mixed depth), then the ``train``
+    distribution's expectation. Each step is a forward plus a backward of twice the forward
+    FLOPs (gradients with respect to activations and to weights) of the part gradient
+    flows through: all of it, except the iterations of a truncated region before its last
+    ``truncate`` (priced as that region run ``truncate`` times)."""
+    return sum(frac * expected(dist, lambda k: fig(k).forward_flops + 2 * grad_fig(k).forward_flops)
+               for frac, dist in phases(arch))
 
 
 def cost(arch: ArchSpec, seq_len: int = DEFAULT_SEQ_LEN, dtype: str = "bf16",
          tokens: int | None = None) -> CostSheet:
     """Price a canonical spec. Training FLOPs per token are 3 × forward (the backward pass
-    costs twice the forward: gradients with respect to activations and to weights)."""
+    costs twice the forward: gradients with respect to activations and to weights), less
+    the backward of truncated iterations (:func:`_train_flops`)."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype {dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
     nbytes = DTYPE_BYTES[dtype]
@@ -330,9 +334,14 @@ def cost(arch: ArchSpec, seq_len: int = DEFAULT_SEQ_LEN, dtype: str = "bf16",
             by_t[ts] = _figures(arch, k, seq_len, nbytes, profiles)
         return by_t[ts]._replace(loops=k)
 
+    def grad_fig(k: int | None) -> Figures:
+        if not any(r.truncate for r in arch.loops):
+            return fig(k)
+        return _figures(_truncated(arch, k), None, seq_len, nbytes, profiles)
+
     main = fig(None)
     per_k = tuple(fig(k) for k in arch.elastic.eval) if arch.elastic is not None else ()
     params = (embedding_params(arch) + norm_params(arch) + sum(r.params for r in main.ops)
               + sum(e.params for e in main.extras))
     return CostSheet(arch.name, seq_len, dtype, tokens, params, embedding_params(arch),
-                     norm_params(arch), main, per_k, 3 * _train_forward(arch, fig))
+                     norm_params(arch), main, per_k, _train_flops(arch, fig, grad_fig))
