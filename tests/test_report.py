@@ -107,11 +107,12 @@ def standard_trials() -> list[TrialRecord]:
     return out
 
 
-def make_experiment(root: Path, trials: list[TrialRecord], name="fabricated", total=None) -> Path:
+def make_experiment(root: Path, trials: list[TrialRecord], name="fabricated", total=None,
+                    objectives=OBJECTIVES) -> Path:
     """An experiment directory as `runners/sweep/records.py` lays it out."""
     (root / "trials").mkdir(parents=True, exist_ok=True)
     write_json(root / "experiment.json", ExperimentRecord(
-        name=name, space={"name": name}, objectives=OBJECTIVES, backend="optuna",
+        name=name, space={"name": name}, objectives=objectives, backend="optuna",
         trials=total or len(trials), created=0.0, seq_len=SEQ_LEN))
     for t in trials:
         # json.dumps keeps NaN as the NaN token, as a diverged proxy would report it
@@ -270,6 +271,30 @@ def test_terminal_table(experiment, reported):
     assert f"{len(exp.front)} of 15 points" in out
     assert "left out: t0012: acc = nan" in out
     assert out.rstrip().splitlines()[-1] == f"report: {experiment / 'report' / 'index.html'}"
+
+
+def test_serving_objectives_are_columns_and_quality_stays_the_y_axis(tmp_path, capsys):
+    objectives = [Objective(name="decode_latency_ms", direction="minimize", measured=True, serving=True),
+                  *OBJECTIVES,
+                  Objective(name="peak_memory_bytes", direction="minimize", measured=True, serving=True)]
+    trials = []
+    for n, (boundary, T) in enumerate((("none", 1), ("mixer", 4), ("block", 4))):
+        t = trial(n, "complete", arch_of(64, 2, boundary, T), acc=0.5 + 0.1 * n, finished=10.0 + n)
+        values = {**t.points[0].values, "decode_latency_ms": 2.0 + 3 * n, "peak_memory_bytes": 3e6 * (1 + n)}
+        trials.append(t.model_copy(update={"points": [Point(values=values)]}))
+    root = make_experiment(tmp_path / "serving", trials, objectives=objectives)
+    exp = load(root)
+    assert exp.quality.name == "acc" and len(exp.front) == 3  # each is best on something
+    assert main(["report", str(root)]) == 0
+    assert "Pareto front (3 of 3 points" in capsys.readouterr().out
+    from rich.console import Console
+
+    from runners.cli.report import front_table
+    console = Console(width=250, record=True)
+    console.print(front_table(exp))
+    header, *rows = [l for l in console.export_text().splitlines() if "t000" in l or "decode" in l]
+    assert "decode_latency_ms" in header and "peak_memory_bytes" in header
+    assert "5 ms" in rows[1] and "5.722 MiB" in rows[1]  # each in its unit
 
 
 def test_running_sweep_without_complete_trials(tmp_path, capsys):
