@@ -39,6 +39,13 @@ class LoopExtras(nn.Module):
         """The loop-conditioning tables: frozen at zero before an elastic run's switch."""
         return [p for key in self.keys for p in RULES[key].conditioning(self)]
 
+    def carries_grad(self, t: int, T: int) -> bool:
+        """Whether iteration ``t`` of ``T`` is among the last ``truncate`` (all of them
+        without truncation). The executor may run the others under ``torch.no_grad()`` to
+        save their activations; :meth:`enter` detaches at the cut either way, so results
+        and gradients are the same."""
+        return self.truncate is None or t >= T - self.truncate
+
     def _cut(self, t: int, T: int) -> bool:
         """Whether iteration ``t`` of ``T`` is the first one that carries gradient."""
         return self.truncate is not None and T > self.truncate and t == T - self.truncate

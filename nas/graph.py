@@ -10,9 +10,10 @@
   to its first, labelled ``×T`` and the update rule.
 
 Both walk :func:`nas.plan.plan`, the structure the cost model and the executor use, and
-apply the update rules where ``builders.loops`` does: re-injection and conditioning on
-entering an iteration, the residual gate after every iteration, the gated step after
-every iteration but the first. ``param_group`` follows the model's parameter names.
+draw each loop rule where :mod:`nas.rules` says it runs (re-injection and conditioning on
+entering an iteration, the residual gate after every iteration, the gated step after every
+iteration but the first, the iteration norm after the update). ``param_group`` follows the
+model's parameter names.
 """
 from __future__ import annotations
 
@@ -250,8 +251,8 @@ def unrolled_graph(arch: ArchSpec, loops: int | None = None) -> nx.DiGraph:
     """Every op application of one forward pass (``loops=k`` runs every region k times).
 
     Node attributes: ``order``, ``layer`` (None outside layers), ``op`` (``embed``,
-    ``mixer``, ``ffn``, ``reinject``, ``condition``, ``update``, ``norm``, ``head``),
-    ``kind``, ``variant``, ``label``, ``path`` (``((loop index, iteration), ...)``,
+    ``mixer``, ``ffn``, ``reinject``, ``condition``, ``update``, ``iteration_norm``,
+    ``norm``, ``head``), ``kind``, ``variant``, ``label``, ``path`` (``((loop index, iteration), ...)``,
     outermost first), ``param_group`` (None for parameter-free ops) and ``overrides``
     (the loop-level schedule at that iteration, e.g. ``{"window": 512}``).
     """

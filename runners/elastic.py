@@ -4,11 +4,11 @@ ELR mixes loop counts *inside* every optimizer update (different data-parallel r
 different counts on their micro-batches); a single count per update ("lockstep", Huginn)
 loses the one-loop endpoint. Here every row of a micro-batch draws its count from
 ``elastic.train``, and the rows that drew the same count form one micro-batch of that
-depth, so every update mixes depths whatever the gradient-accumulation setting
-(``per: row``, the default; ``micro_batch`` and ``step`` draw one count per micro-batch or
-per optimizer step, Huginn's lockstep). Mixing
-starts at the ``switch_at`` fraction of training (ELR's late switch); before it every row
-runs one loop, the schedule :mod:`nas.elastic` defines for the cost model too.
+depth, so every update mixes depths whatever the gradient-accumulation setting. That is
+``per: row``, the default; ``per: micro_batch`` draws one count per micro-batch and
+``per: step`` one per optimizer step (Huginn's lockstep, :func:`step_dist`). Mixing starts
+at the ``switch_at`` fraction of training (ELR's late switch); before it every row runs one
+loop, the schedule :mod:`nas.elastic` defines for the cost model too.
 """
 from __future__ import annotations
 

@@ -89,6 +89,28 @@ def test_truncated_gradients_equal_a_detached_reference(k):
     assert torch.count_nonzero(full["loops.0.index_emb"][: steps - 2]) > 0
 
 
+def test_no_grad_before_the_cut_gives_the_same_gradients():
+    """LoopExtras.carries_grad: an executor that runs the iterations before the cut under
+    no_grad (saving their activations) gets the gradients of the detaching one."""
+    from builders.model import _Run
+
+    model = _model("{boundary: block, T: 4, truncate: 2, update: {kind: residual_gate}, conditioning: index}")
+    ids = _ids()
+    want = _grads(model, model(ids).logits.square().mean())
+    (node,) = model.plan()
+    ex, run = model.loops[0], _Run(None)
+    h = e = model.embed(ids)
+    for t in range(node.T):
+        run.iters[node.index] = t
+        with torch.set_grad_enabled(ex.carries_grad(t, node.T)):
+            out = model._run(node.body, ex.enter(h, e, t, node.T), run)
+            h = ex.update(h, out, t, model.rho)
+    assert [ex.carries_grad(t, 4) for t in range(4)] == [False, False, True, True]
+    got = _grads(model, model.head(model.norm(h)).square().mean())
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-9, atol=1e-12, msg=name)
+
+
 def test_truncation_keeps_the_reinjected_input_gradient():
     """Huginn: the prelude trains through the input re-injected into the last iterations."""
     loop = ("{boundary: elr, prelude: 1, recurrent: 1, coda: 0, T: 4, truncate: 1, "

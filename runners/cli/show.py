@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from nas.graph import describe
+from nas.graph import describe, update_label
 from nas.load import dump_yaml
 from nas.plan import applications
 from nas.spec import OpAddr
@@ -44,7 +44,15 @@ def show_cmd(
     if not yaml_only:
         console.print(summary(arch))
         for j, r in enumerate(arch.loops):
+            rules = update_label(arch, r)
+            cut = f"  gradient through the last {r.truncate}" if r.truncate else ""
             console.print(f"loop {j}: {r.start} .. {r.end}  T={r.T}  update={r.update.kind}"
-                          f"  conditioning={r.conditioning}", highlight=False)
+                          f"  conditioning={r.conditioning}" + (f"  ({rules})" if rules else "") + cut,
+                          highlight=False)
+        if arch.elastic is not None:
+            d = arch.elastic.train
+            console.print(f"elastic: train {d.kind} over {len(d.values)} loop counts, drawn per "
+                          f"{d.per.replace('_', '-')}; switch at {arch.elastic.switch_at:g}; "
+                          f"eval {list(arch.elastic.eval)}", highlight=False)
         console.rule("canonical spec")
     typer.echo(dump_yaml(arch))
