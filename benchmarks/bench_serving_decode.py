@@ -72,10 +72,16 @@ def main() -> None:
     if args.smoke:
         args.contexts, args.batch_sizes, args.steps = [32, 64], [1], 3
     torch.set_num_threads(args.threads)
-    table = markdown(HEADERS, run(args.contexts, args.batch_sizes, args.steps, args.max_tokens))
-    print(table)
+    rows = run(args.contexts, args.batch_sizes, args.steps, args.max_tokens)
+    table = markdown(HEADERS, rows)
+    last = {r[0]: r for r in rows}  # each batch size's longest context
+    summary = "\n" + "; ".join(
+        f"batch {b}, context {r[1]}: GDN ÷ attention {r[4]:.3g}× (first context: "
+        f"{next(x for x in rows if x[0] == b)[4]:.3g}×); GDN keeps {r[5]:.2g} of its first-context "
+        f"throughput, attention {r[6]:.2g}" for b, r in last.items()) + ".\n"
+    print(table + summary)
     if args.out:
-        write_markdown(args.out, __doc__.splitlines()[0], table)
+        write_markdown(args.out, __doc__.splitlines()[0], table, summary)
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def main() -> None:
                f"{last[-1][3]:.3g}×; last-loop holds {last[-1][2] / per[-1][2]:.3g}× the per-loop bytes.\n")
     print(table + summary)
     if args.out:
-        write_markdown(args.out, __doc__.splitlines()[0], table, summary)
+        write_markdown(args.out, __doc__.splitlines()[0], table, summary, timed=False)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ throughput sits beside the cost model's forward-FLOPs ratio FullLoop ÷ MixerLoo
 a purely compute-bound device would show.
 
     python benchmarks/bench_serving_prefill.py [--contexts 256,1024,4096] [--batch-size 1]
-        [--repeats 5] [--out benchmarks/results/bench_serving_prefill.md]
+        [--repeats 5] [--specs tiny_noloop,tiny_mixerloop,tiny_fullloop]
+        [--out benchmarks/results/bench_serving_prefill.md]
     python benchmarks/bench_serving_prefill.py --smoke
 """
 from __future__ import annotations
@@ -54,6 +55,8 @@ def main() -> None:
     parser.add_argument("--contexts", type=lambda s: [int(x) for x in s.split(",")], default=[256, 1024, 4096])
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--specs", type=lambda s: tuple(s.split(",")), default=TINY,
+                        help="NoLoop, MixerLoop, FullLoop specs, in this order")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--smoke", action="store_true", help="tiny contexts, seconds")
     parser.add_argument("--out", help="also write the table, with this command, to a markdown file")
@@ -61,10 +64,14 @@ def main() -> None:
     if args.smoke:
         args.contexts, args.repeats = [32, 64], 1
     torch.set_num_threads(args.threads)
-    table = markdown(HEADERS, run(args.contexts, args.batch_size, args.repeats))
-    print(table)
+    rows = run(args.contexts, args.batch_size, args.repeats, args.specs)
+    table = markdown(HEADERS, rows)
+    ratios = [r[5] for r in rows]
+    summary = (f"\n{args.specs[1]} ÷ {args.specs[2]} prefill throughput: {min(ratios):.3g}–{max(ratios):.3g}× "
+               f"over these contexts; the cost model's forward-FLOPs ratio is {rows[-1][6]:.3g}×.\n")
+    print(table + summary)
     if args.out:
-        write_markdown(args.out, __doc__.splitlines()[0], table)
+        write_markdown(args.out, __doc__.splitlines()[0], table, summary)
 
 
 if __name__ == "__main__":

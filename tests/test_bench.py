@@ -140,3 +140,23 @@ def test_experiments_written_before_serving_objectives_still_load():
     old = Objective.model_validate_json('{"name": "acc", "direction": "maximize", "measured": true}')
     cost = Objective.model_validate_json('{"name": "kv_bytes@4096", "direction": "minimize", "measured": false}')
     assert old.quality and not old.serving and not cost.quality and cost.metric == "kv_bytes"
+
+
+def test_serving_objectives_with_early_stopping_are_refused_before_any_trial(tmp_path):
+    from nas.space import load_space
+    from runners.sweep.driver import SweepError
+    from runners.sweep.run import run_sweep
+
+    space = tmp_path / "es.yaml"
+    space.write_text(textwrap.dedent("""\
+        name: es
+        base: tiny_noloop
+        params: {T: {target: loop.T, choices: [2]}}
+        objectives: [{metric: acc, direction: maximize}, {metric: peak_memory_bytes, direction: minimize}]
+        proxy: {task: s5, task_params: {seq_len: 4, degree: 2}, steps: 4, batch_size: 4, eval_every: 2}
+        search: {trials: 2, early_stopping: {rungs: [2]}}
+        """))
+    with pytest.raises(SweepError, match="early_stopping cannot be combined with serving objectives "
+                                         r"\(peak_memory_bytes\)"):
+        run_sweep(load_space(space), out=tmp_path / "exp", backend="optuna", progress=False)
+    assert not (tmp_path / "exp").exists()

@@ -94,7 +94,7 @@ def markdown(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_markdown(path: str, title: str, table: str, notes: str = "") -> None:
+def write_markdown(path: str, title: str, table: str, notes: str = "", timed: bool = True) -> None:
     """The table with the exact command that produced it and where it ran."""
     import platform
     import sys
@@ -104,8 +104,9 @@ def write_markdown(path: str, title: str, table: str, notes: str = "") -> None:
     with open(path, "w") as f:
         f.write(f"# {title}\n\n`{command}`\n\n{time.strftime('%Y-%m-%d')}, {platform.machine()} "
                 f"CPU, torch {torch.__version__}, "
-                f"{torch.get_num_threads()} thread(s). Ratios are of medians measured in one process, "
-                f"the models interleaved.\n\n{table}\n{notes}")
+                f"{torch.get_num_threads()} thread(s)."
+                + (" Ratios are of medians measured in one process, the models interleaved."
+                   if timed else "") + f"\n\n{table}\n{notes}")
 
 
 __all__ = ["interleaved_decode", "markdown", "round_robin", "variant", "with_mixer", "write_markdown"]
