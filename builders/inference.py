@@ -12,11 +12,17 @@ application of the token (the last iteration of every enclosing loop); the earli
 read the past tokens' last-iteration keys and values plus their own current keys, and
 commit nothing. Attention KV then stays at the one-loop size at any loop count. Recurrent
 mixers keep per-application state under both policies: it does not grow with the sequence.
+Within one call the new tokens see each other's keys of the same iteration, as in forward:
+the prompt's logits equal forward's, and a later token's depend on how the tokens after
+the prompt were grouped into calls. Where a loop schedule gives the layer's applications
+different windows, the shared dict's ``keep`` entry asks the layer to keep the keys the
+widest of them reads (None: all), since the earlier iterations read what the last wrote.
 """
 from __future__ import annotations
 
 from typing import Literal
 
+from nas.plan import iteration_overrides, plan, unroll
 from nas.spec import ArchSpec, AttnSpec, DSASpec, NSASpec, ParallelSpec, SwitchSpec
 
 from .cache import cache_nbytes
@@ -37,12 +43,32 @@ class InferenceCache:
         self.arch, self.loops, self.pattern, self.kv_policy = arch, loops, pattern, kv_policy
         self.pos = 0
         self.layers: dict[tuple, dict] = {}  # (layer, branch, path) -> one leaf mixer's dict
+        self._windows: dict[int, set] | None = None
 
     def _leaf(self, layer: int, branch: int | None, spec, path: tuple, final: bool) -> tuple[dict, bool]:
         """The dict one leaf mixer application reads, and whether it commits."""
         if self.kv_policy == "last_loop" and isinstance(spec, KV_SPECS):
-            return self.layers.setdefault((layer, branch, ()), {}), final
+            key = (layer, branch, ())
+            if key not in self.layers:
+                self.layers[key] = self._shared_dict(layer, spec)
+            return self.layers[key], final
         return self.layers.setdefault((layer, branch, path), {}), True
+
+    def _shared_dict(self, layer: int, spec) -> dict:
+        """A last-loop KV dict; with ``keep`` when the layer's applications differ in window."""
+        if isinstance(spec, NSASpec):  # keeps every key whatever its window
+            return {}
+        if self._windows is None:
+            self._windows = {}
+            for addr, path in unroll(plan(self.arch, self.loops)):
+                if addr.op == "mixer":
+                    window = iteration_overrides(self.arch, addr.layer, path).get("window")
+                    self._windows.setdefault(addr.layer, set()).add(window)
+        own = getattr(spec, "window", None)
+        windows = {own if w is None else None if w == "full" else w for w in self._windows[layer]}
+        if len(windows) == 1:
+            return {}
+        return {"keep": None if None in windows else max(windows)}
 
     def mixer_cache(self, layer: int, path: tuple, final: bool) -> tuple[dict, bool | tuple[bool, ...]]:
         """``(cache, commit)`` for one application of ``layer``'s mixer at loop ``path``;

@@ -14,7 +14,7 @@ from ..spec import (
 _PARAMS: dict[type, Callable[[Spec, int], int]] = {}
 _SEQ: dict[type, Callable[[Spec, int, int], float]] = {}
 _KV: dict[type, Callable[[Spec, int, int], int]] = {}
-_STATE: dict[type, Callable[[Spec, int], int]] = {}
+_STATE: dict[type, Callable[[Spec, int], tuple[int, int]]] = {}
 
 
 def _rule(table: dict, *types: type) -> Callable:
@@ -294,9 +294,16 @@ def op_seq_flops(op: Spec, width: int, n: int) -> float:
 # ---------------------------------------------------------------- inference memory per op
 
 
+# Inference memory is what ``LoopLM.prefill`` keeps per sequence after ``n`` tokens
+# (``builders.inference.InferenceCache.nbytes``, tested equal): KV caches in the model's
+# dtype; recurrent matrix states in float32 at least (the precision the chunked forward
+# carries them in, and fla's kernels return them in); short-conv tails in the model's dtype.
+
+
 @_rule(_KV, AttnSpec)
 def _attn_kv(op: AttnSpec, d: int, n: int) -> int:
-    """K and V of ``num_kv_heads`` heads for the cached tokens: ``min(n, window)``."""
+    """K and V (after rotary) of ``num_kv_heads`` heads for the cached tokens,
+    ``min(n, window)``: a windowed cache drops the keys no later query can see."""
     cached = n if op.window is None else min(n, op.window)
     return 2 * (op.num_kv_heads or op.num_heads) * _head_dim(op, d) * cached
 
@@ -309,9 +316,9 @@ def _dsa_kv(op: DSASpec, d: int, n: int) -> int:
 
 @_rule(_KV, NSASpec)
 def _nsa_kv(op: NSASpec, d: int, n: int) -> int:
-    """K and V of every token: selected blocks may lie anywhere in the past (compressed
-    keys are block means of these)."""
-    return 2 * op.num_kv_heads * op.head_dim * n
+    """K and V of every token (selected blocks may lie anywhere in the past) plus the
+    compressed K and V, one mean per completed block: ``2·Hkv·hd·(n + ⌊n/b⌋)``."""
+    return 2 * op.num_kv_heads * op.head_dim * (n + n // op.block_size)
 
 
 @_rule(_KV, ParallelSpec)
@@ -324,34 +331,40 @@ def _no_kv(op: Spec, d: int, n: int) -> int:
     return 0
 
 
+# State rules return (recurrent matrix elements, short-conv elements). A conv tail keeps
+# the last W inputs of each channel, fla's ``conv_state`` (B, C, W) (W − 1 are read).
+
+
 @_rule(_STATE, GDNSpec, KDASpec)
-def _gated_delta_state(op: GDNSpec | KDASpec, d: int) -> int:
-    """HV matrix states (dk × dv) plus fla's conv caches, (C, W) for each of q, k, v."""
+def _gated_delta_state(op: GDNSpec | KDASpec, d: int) -> tuple[int, int]:
+    """HV matrix states (dk × dv), and the q, k, v conv tails, (C, W) each."""
     k, v, hv, dk, dv = _delta_dims(op)
-    return hv * dk * dv + ((2 * k + v) * op.conv_size if op.use_short_conv else 0)
+    return hv * dk * dv, (2 * k + v) * op.conv_size if op.use_short_conv else 0
 
 
 @_rule(_STATE, DeltaNetSpec)
-def _deltanet_state(op: DeltaNetSpec, d: int) -> int:
+def _deltanet_state(op: DeltaNetSpec, d: int) -> tuple[int, int]:
+    """H matrix states (dk × dv), and the q, k, v conv tails."""
     k, v, dk, dv = _deltanet_dims(op, d)
-    return op.num_heads * dk * dv + ((2 * k + v) * op.conv_size if op.use_short_conv else 0)
+    return op.num_heads * dk * dv, (2 * k + v) * op.conv_size if op.use_short_conv else 0
 
 
 @_rule(_STATE, Mamba2Spec)
-def _mamba2_state(op: Mamba2Spec, d: int) -> int:
-    """SSM state (H, hd, N) plus the conv cache (conv_dim, W)."""
+def _mamba2_state(op: Mamba2Spec, d: int) -> tuple[int, int]:
+    """SSM state (H, hd, N), and the conv tail (conv_dim, W)."""
     _, heads, conv_dim = _mamba2_dims(op, d)
-    return heads * op.head_dim * op.state_size + conv_dim * op.conv_kernel
+    return heads * op.head_dim * op.state_size, conv_dim * op.conv_kernel
 
 
 @_rule(_STATE, ParallelSpec)
-def _parallel_state(op: ParallelSpec, d: int) -> int:
-    return sum(op_state_elements(b, d) for b in op.branches)
+def _parallel_state(op: ParallelSpec, d: int) -> tuple[int, int]:
+    parts = [_STATE[type(b)](b, d) for b in op.branches]
+    return sum(r for r, _ in parts), sum(c for _, c in parts)
 
 
 @_rule(_STATE, AttnSpec, DSASpec, NSASpec, SwiGLUSpec, MoESpec, NoFFNSpec)
-def _no_state(op: Spec, d: int) -> int:
-    return 0
+def _no_state(op: Spec, d: int) -> tuple[int, int]:
+    return 0, 0
 
 
 @functools.lru_cache(maxsize=65536)
@@ -362,5 +375,13 @@ def op_kv_elements(op: Spec, width: int, n: int) -> int:
 
 @functools.lru_cache(maxsize=65536)
 def op_state_elements(op: Spec, width: int) -> int:
-    """Recurrent-state elements (matrix states + conv caches) of one application."""
-    return _STATE[type(op)](op, width)
+    """Recurrent-state elements (matrix states + conv tails) of one application."""
+    return sum(_STATE[type(op)](op, width))
+
+
+@functools.lru_cache(maxsize=65536)
+def op_state_bytes(op: Spec, width: int, nbytes: int) -> int:
+    """Recurrent-state bytes of one application in a model of ``nbytes`` per element: the
+    matrix states in float32 at least (``max(nbytes, 4)``), the conv tails at ``nbytes``."""
+    recurrent, conv = _STATE[type(op)](op, width)
+    return recurrent * max(nbytes, 4) + conv * nbytes
