@@ -40,6 +40,7 @@ class InferenceCache:
                  kv_policy: KVPolicy):
         if kv_policy not in ("per_loop", "last_loop"):
             raise ValueError(f"kv_policy must be 'per_loop' or 'last_loop' (got {kv_policy!r})")
+        _check_pattern(arch, pattern)
         self.arch, self.loops, self.pattern, self.kv_policy = arch, loops, pattern, kv_policy
         self.pos = 0
         self.layers: dict[tuple, dict] = {}  # (layer, branch, path) -> one leaf mixer's dict
@@ -92,6 +93,17 @@ class InferenceCache:
             for kind, n in cache_nbytes(d).items():
                 out[kind] += n
         return out
+
+
+def _check_pattern(arch: ArchSpec, pattern: list[int] | None) -> None:
+    """A switch pattern names one option of every switch layer."""
+    switches = [i for i, l in enumerate(arch.layers) if isinstance(l.mixer, SwitchSpec)]
+    if not switches:
+        return
+    if pattern is None or len(pattern) != len(arch.layers) or any(
+            not 0 <= pattern[i] < len(arch.layers[i].mixer.options) for i in switches):
+        raise ValueError(f"pattern {pattern!r}: give one option index per layer "
+                         f"({len(arch.layers)} layers; switch layers {switches})")
 
 
 __all__ = ["InferenceCache", "KVPolicy", "KV_SPECS"]

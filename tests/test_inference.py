@@ -125,6 +125,8 @@ def test_switch_decodes_with_one_fixed_pattern():
         _check(model, pattern=pattern)
     _, cache = model.prefill(_ids()[:, :5])
     assert sorted(cache.pattern) == [0, 0, 1, 1]
+    with pytest.raises(ValueError, match="pattern"):
+        model.prefill(_ids()[:, :5], pattern=[0, 1, 2, 0])
 
 
 # ---------------------------------------------------------------- loop forms

@@ -322,3 +322,34 @@ def test_bf16_layers_keep_bf16_activations():
         layer = TORCH_LAYERS[kind](**cfgs[0]).bfloat16()
         y = layer(torch.randn(1, 20, layer.hidden_size, dtype=torch.bfloat16))
         assert y.dtype == torch.bfloat16 and y.isfinite().all(), kind
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, dict(atol=1e-10, rtol=0)), (torch.float32, dict(atol=1e-5, rtol=1e-5))],
+                         ids=["f64", "f32"])
+@pytest.mark.parametrize("kind,i", CASES)
+def test_decoding_cache_matches_the_full_forward(kind, i, dtype, tol):
+    """Prefill, chunked prefill and token steps from the cache (builders.cache) give the
+    rows of the whole-sequence forward; a commit=False call peeks without writing."""
+    layer, _ = _build(kind, CONFIGS[kind][i], dtype)
+    x = torch.randn(2, 29, layer.hidden_size, dtype=dtype, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full, cache, outs, start = layer(x), {}, [], 0
+        for t in (9, 1, 1, 12, 1, 5):
+            before = {n: v.clone() if torch.is_tensor(v) else v for n, v in cache.items()}
+            torch.testing.assert_close(layer(x[:, start:start + t], cache=cache, commit=False), full[:, start:start + t], **tol)
+            assert cache.keys() == before.keys() and all(
+                torch.equal(v, before[n]) if torch.is_tensor(v) else v == before[n] for n, v in cache.items())
+            outs.append(layer(x[:, start:start + t], cache=cache))
+            start += t
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, **tol)
+    assert cache["pos"] == 29 and cache["state.recurrent"].dtype == torch.promote_types(dtype, torch.float32)
+    convs = {n: v for n, v in cache.items() if n.startswith("state.conv")}
+    W = CONFIGS[kind][i].get("conv_kernel" if kind == "mamba2" else "conv_size", 4)
+    assert all(v.shape[0] == 2 and v.shape[-1] == W and v.dtype == dtype for v in convs.values())
+    assert bool(convs) == CONFIGS[kind][i].get("use_short_conv", True)
+
+
+def test_fla_layers_point_decoding_to_the_torch_backend():
+    layer = make_fla("gdn", **CONFIGS["gdn"][0])
+    with pytest.raises(NotImplementedError, match="backend='torch'"):
+        layer(torch.randn(1, 3, 64), cache={})
