@@ -15,8 +15,12 @@ Conventions, derived where each quantity is computed:
   ``L(C_A + C_F) + C_H``, MixerLoop ``L(T·C_A + C_F) + C_H`` and FullLoop
   ``T·L(C_A + C_F) + C_H`` are special cases.
 - Loop-extra matmuls (ELR's gated step, concat re-injection) are reported apart from
-  projection compute; elementwise extras (ρ, diagonal re-injection, conditioning tables)
-  cost no FLOPs.
+  projection compute; elementwise extras (ρ, diagonal re-injection, conditioning tables,
+  iteration norms) cost no FLOPs. Each rule states its parameters and FLOPs once, in its
+  :mod:`nas.rules` module.
+- Training FLOPs are a forward plus a backward of twice the forward, except that a region
+  with ``truncate: n`` backpropagates through its last n iterations only; with elastic
+  depth they are the expectation over the loop-count distribution (exact probabilities).
 - FLOPs are per token of one forward pass. ``loops=k`` replaces every region's ``T`` by
   ``k``, as :func:`nas.plan.plan` does.
 - A ``switch`` mixer (random placement) costs the *expected* FLOPs of its options, each
