@@ -14,11 +14,15 @@ starting new measurements after that many seconds, and the JSON says what was sk
    per-loop and last-loop KV policies at k = 1..4: the cache's measured bytes beside the
    cost model's, and the measured peak memory (ELR: last-loop KV stays at the one-loop size).
 3. prefill: NoLoop, MixerLoop and FullLoop (15M, 110M) in turn, median of 5, contexts 1k–32k
-   at batch 1 and 1k–8k at batch 8: MixerLoop ÷ FullLoop prefill throughput (MixerLoop reports
-   up to 1.52×) beside the cost model's FLOPs ratio.
+   at batch 1 and 1k–8k at batch 8: MixerLoop ÷ FullLoop throughput of the forward pass
+   without a cache (the fla path) and of the cache-building prefill (MixerLoop reports up to
+   1.52×), beside the cost model's FLOPs ratio.
 
-bf16 weights and caches on the fla backend. Every measurement that fails (out of memory,
-a kernel error) is recorded with its error and the run goes on. ``--smoke`` runs the same
+bf16 weights and caches; models are built on the fla backend. Where fla's layers cannot
+decode incrementally, prefill and decode run on the model's torch twin with the same
+weights (torch SDPA attention, loopnas's chunked/recurrent GDN) and every row names the
+backend it ran on. Every measurement that fails (out of memory, a kernel error) is recorded
+with its error and the run goes on. ``--smoke`` runs the same
 code on CPU with the tiny specs, float32, torch backend, tiny contexts, in seconds.
 """
 from __future__ import annotations
@@ -40,7 +44,7 @@ import torch
 from builders.model import build_model
 from nas.cost import cost
 from runners.bench.compare import interleaved_decode, round_robin, variant, with_mixer
-from runners.bench.measure import random_ids, serving_peak
+from runners.bench.measure import for_serving, random_ids, serving_peak
 
 FULL = {
     "decode": {"pairs": [("fullloop_15m", 4), ("fullloop_110m", 12)], "contexts": [1024, 4096, 16384, 32768],
@@ -77,18 +81,22 @@ def _free(device: str) -> None:
 
 
 def _build(arch, device: str, backend: str, dtype: torch.dtype):
+    """(model in dtype, ready to decode; the backend it runs: torch where fla's layers
+    cannot decode incrementally)."""
     torch.manual_seed(0)
-    return build_model(arch, backend=backend, device=device).to(dtype).eval()
+    return for_serving(build_model(arch, backend=backend, device=device), dtype)
 
 
 def decode(cfg: dict, device: str, backend: str, dtype: torch.dtype, budget: Budget) -> list[dict]:
     rows = []
     for base, heads in cfg["pairs"]:
         archs = {"gdn": variant(base), "attn": with_mixer(base, {"kind": "attn", "num_heads": heads})}
-        pair = {name: _build(a, device, backend, dtype) for name, a in archs.items()}
+        built = {name: _build(a, device, backend, dtype) for name, a in archs.items()}
+        pair = {name: m for name, (m, _) in built.items()}
+        backends = {f"{name}_backend": used for name, (_, used) in built.items()}
         for b in cfg["batch_sizes"]:
             for c in cfg["contexts"]:
-                row = {"spec": base, "batch_size": b, "context": c}
+                row = {"spec": base, "batch_size": b, "context": c, **backends}
                 if not budget.left():
                     rows.append({**row, "skipped": "time budget"})
                     continue
@@ -117,12 +125,12 @@ def kv(cfg: dict, device: str, backend: str, dtype: torch.dtype, budget: Budget)
     rows = []
     for policy in ("per_loop", "last_loop"):
         arch = variant(cfg["spec"], kv_policy=policy, **edits)
-        model = _build(arch, device, backend, dtype)
+        model, used = _build(arch, device, backend, dtype)
         sheet = cost(arch, seq_len=cfg["context"], dtype=name)
         ids = random_ids(model, cfg["batch_size"], cfg["context"])
         for k in cfg["loops"]:
             row = {"spec": cfg["spec"], "kv_policy": policy, "k": k, "context": cfg["context"],
-                   "batch_size": cfg["batch_size"]}
+                   "batch_size": cfg["batch_size"], "backend": used}
             if not budget.left():
                 rows.append({**row, "skipped": "time budget"})
                 continue
@@ -145,32 +153,40 @@ def kv(cfg: dict, device: str, backend: str, dtype: torch.dtype, budget: Budget)
 
 
 def prefill(cfg: dict, device: str, backend: str, dtype: torch.dtype, budget: Budget) -> list[dict]:
+    """Per context: the forward pass without a cache on the build backend (the fla path) and
+    the cache-building prefill on the serving model, each model in turn."""
     rows = []
     dev = torch.device(device)
     for names in cfg["sets"]:
         archs = [variant(n) for n in names]
-        models = [_build(a, device, backend, dtype) for a in archs]
+        built = [_build(a, device, backend, dtype) for a in archs]
+        torch.manual_seed(0)
+        plain = [build_model(a, backend=backend, device=device).to(dtype).eval() for a in archs]
         for b in cfg["batch_sizes"]:
             for c in (c for c in cfg["contexts"] if b * c <= cfg["max_tokens"]):
-                row = {"specs": list(names), "batch_size": b, "context": c}
+                row = {"specs": list(names), "batch_size": b, "context": c, "forward_backend": backend,
+                       "prefill_backends": [u for _, u in built]}
                 if not budget.left():
                     rows.append({**row, "skipped": "time budget"})
                     continue
                 try:
-                    ids = random_ids(models[0], b, c)
+                    ids = random_ids(plain[0], b, c)
+                    fns = {f"forward {a.name}": (lambda m=m: m(ids).logits) for a, m in zip(archs, plain)}
+                    fns.update({f"prefill {a.name}": (lambda m=m: m.prefill(ids)) for a, (m, _) in zip(archs, built)})
                     with torch.inference_mode():
-                        secs = round_robin({a.name: (lambda m=m: m.prefill(ids)) for a, m in zip(archs, models)},
-                                           dev, cfg["repeats"])
-                    tps = {a.name: b * c / secs[a.name] for a in archs}
+                        secs = round_robin(fns, dev, cfg["repeats"])
                     flops = [cost(a, seq_len=c).figures.forward_flops for a in archs]
-                    row.update(tokens_per_s=tps, mixerloop_over_fullloop=tps[names[1]] / tps[names[2]],
-                               flops_fullloop_over_mixerloop=flops[2] / flops[1])
+                    for phase in ("forward", "prefill"):
+                        tps = {a.name: b * c / secs[f"{phase} {a.name}"] for a in archs}
+                        row[f"{phase}_tokens_per_s"] = tps
+                        row[f"{phase}_mixerloop_over_fullloop"] = tps[names[1]] / tps[names[2]]
+                    row["flops_fullloop_over_mixerloop"] = flops[2] / flops[1]
                 except Exception as exc:
                     row["error"] = _error(exc)
                 _free(device)
                 rows.append(row)
                 print("prefill", json.dumps(row), flush=True)
-        del models
+        del built, plain
         _free(device)
     return rows
 

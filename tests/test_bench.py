@@ -160,3 +160,15 @@ def test_serving_objectives_with_early_stopping_are_refused_before_any_trial(tmp
                                          r"\(peak_memory_bytes\)"):
         run_sweep(load_space(space), out=tmp_path / "exp", backend="optuna", progress=False)
     assert not (tmp_path / "exp").exists()
+
+
+def test_a_model_whose_backend_cannot_decode_is_served_by_its_torch_twin(one_thread):
+    from runners.bench.measure import for_serving
+
+    fla = build_model(load_arch(arch_path("tiny_noloop")), backend="fla")  # built on CPU, never run
+    served, backend = for_serving(fla, torch.float32)
+    assert fla.backend == "fla" and backend == served.backend == "torch"
+    theirs, ours = fla.state_dict(), served.state_dict()
+    assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
+    logits, cache = served.prefill(torch.zeros(1, 3, dtype=torch.long))
+    assert logits.shape == (1, 3, 256) and cache.pos == 3

@@ -78,4 +78,5 @@ def test_gpu_serving_smoke(tmp_path):
     kv = {(r["kv_policy"], r["k"]): r for r in result["kv"]}
     assert all(r["kv_bytes"] == r["cost_kv_bytes"] and r["peak_memory_bytes"] > 0 for r in kv.values())
     assert kv["per_loop", 4]["kv_bytes"] == 4 * kv["last_loop", 4]["kv_bytes"] == 4 * kv["per_loop", 1]["kv_bytes"]
-    assert all(r["mixerloop_over_fullloop"] > 0 for r in result["prefill"])
+    assert all(r["forward_mixerloop_over_fullloop"] > 0 and r["prefill_mixerloop_over_fullloop"] > 0
+               for r in result["prefill"])

@@ -87,6 +87,27 @@ def measure_train(model, batch_size: int, context: int, dtype: torch.dtype = tor
 # ---------------------------------------------------------------- inference
 
 
+def for_serving(model, dtype: torch.dtype):
+    """``model`` in its serving dtype, ready to decode: a copy when the dtype differs, and its
+    torch-backend twin (same weights: the parameter names match) when its backend cannot
+    decode incrementally (fla's layers). Returns (model, the backend it runs)."""
+    import copy
+
+    from builders.model import build_model
+
+    served = model.eval() if model.embed.weight.dtype == dtype else copy.deepcopy(model).to(dtype).eval()
+    try:
+        with torch.inference_mode():
+            served.prefill(random_ids(served, 1, 2))
+        return served, served.backend
+    except NotImplementedError:
+        if served.backend == "torch":
+            raise
+    twin = build_model(model.arch, backend="torch", device=_device(model))
+    twin.load_state_dict(model.state_dict())
+    return twin.to(dtype).eval(), "torch"
+
+
 @dataclass(frozen=True)
 class Serving:
     """One (batch size, context): prefill and decode throughput, the cache it holds."""
@@ -201,5 +222,5 @@ def max_context(model, batch_size: int, start: int, max_context: int, limit: int
     return ContextLimit(batch_size, fits, None, peak_at_fit, f"reached --max-context {max_context}")
 
 
-__all__ = ["ContextLimit", "Serving", "TrainTiming", "max_context", "measure_decode", "measure_prefill",
+__all__ = ["ContextLimit", "Serving", "TrainTiming", "for_serving", "max_context", "measure_decode", "measure_prefill",
            "measure_serving", "measure_train", "random_ids", "serving_peak", "train_step"]

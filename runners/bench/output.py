@@ -32,7 +32,9 @@ def _bytes(x: int | None) -> str:
 def table(result: BenchResult) -> Table:
     """Throughput: tokens/s over the batch; MFU against the measured matmul peak."""
     t = Table(title=f"{result.spec}: throughput on {result.device} ({result.device_name}), {result.dtype}, "
-                    f"backend {result.backend}; median of {result.repeats}, decode over "
+                    f"backend {result.backend}"
+                    + (f" (serving: {result.serving_backend})" if result.serving_backend not in (None, result.backend) else "")
+                    + f"; median of {result.repeats}, decode over "
                     f"{result.decode_tokens} tokens")
     for col in ("batch", "context", "train tok/s", "MFU", "prefill tok/s", "decode tok/s", "ms/token"):
         t.add_column(col, justify="right", no_wrap=True)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from nas.spec import ArchSpec
 
-from .measure import ContextLimit, max_context, measure_serving, measure_train, serving_peak
+from .measure import ContextLimit, for_serving, max_context, measure_serving, measure_train, serving_peak
 from .memory import CPU_METHOD, CUDA_METHOD
 from .timing import matmul_peak_flops
 
@@ -50,6 +50,8 @@ class BenchResult(BaseModel):
     device: str
     device_name: str
     backend: str
+    serving_backend: str | None = Field(description="the backend prefill and decode ran on (torch "
+                                        "where the model's own cannot decode); None: no decoding")
     dtype: str
     loops: int | None
     torch: str
@@ -71,15 +73,6 @@ def device_name(device: torch.device) -> str:
 
 def _oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
-
-def inference_copy(model, dtype: torch.dtype):
-    """The model in its serving dtype (a copy when that differs from the training one)."""
-    import copy
-
-    if model.embed.weight.dtype == dtype:
-        return model.eval()
-    return copy.deepcopy(model).to(dtype).eval()
 
 
 def _guarded(fn, device: torch.device) -> tuple[dict, str | None]:
@@ -140,21 +133,25 @@ def bench(arch: ArchSpec, contexts: list[int], batch_sizes: list[int], *, device
     dtype = dtype or ("bf16" if dev.type == "cuda" else "fp32")
     torch.manual_seed(seed)
     model = build_model(arch, backend=backend, device=dev)
-    serving_model = inference_copy(model, DTYPES[dtype])
+    try:
+        serving_model, serving_backend = for_serving(model, DTYPES[dtype])
+    except NotImplementedError:  # a mixer that cannot decode: every serving row says so
+        serving_model, serving_backend = model.eval(), None
     peak_flops = matmul_peak_flops(dev, DTYPES[dtype])
     rows = [measure_point(model, serving_model, arch, b, c, dtype=DTYPES[dtype], dtype_name=dtype,
                           decode_tokens=decode_tokens, loops=loops, repeats=repeats, peak_flops=peak_flops)
             for b in batch_sizes for c in contexts]
     limits: list[ContextLimit] = []
-    if search and (memory_limit is not None or dev.type == "cuda"):
+    if search and serving_backend is not None and (memory_limit is not None or dev.type == "cuda"):
         top = max_context_len or (1 << 20)
         limits = [max_context(serving_model, b, min(contexts), top, memory_limit, loops) for b in batch_sizes]
     return BenchResult(
         spec=arch.name, device=str(dev), device_name=device_name(dev), backend=model.backend,
+        serving_backend=serving_backend,
         dtype=dtype, loops=loops, torch=torch.__version__, threads=torch.get_num_threads(),
         repeats=repeats, decode_tokens=decode_tokens,
         memory_method=CUDA_METHOD if dev.type == "cuda" else CPU_METHOD, peak_flops=peak_flops,
         rows=rows, limits=[l.__dict__ for l in limits], memory_limit=memory_limit)
 
 
-__all__ = ["BenchResult", "BenchRow", "DTYPES", "bench", "inference_copy", "measure_point"]
+__all__ = ["BenchResult", "BenchRow", "DTYPES", "bench", "measure_point"]

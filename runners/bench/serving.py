@@ -18,8 +18,8 @@ DECODE_TOKENS = 8
 _SERVING = {"prefill_tokens_per_s", "decode_tokens_per_s", "decode_latency_ms", "cache_bytes"}
 
 
-def _one(model, metrics: set[str], seq_len: int, batch_size: int, loops: int | None, dtype: torch.dtype,
-         repeats: int) -> dict[str, float]:
+def _one(model, train_model, metrics: set[str], seq_len: int, batch_size: int, loops: int | None,
+         dtype: torch.dtype, repeats: int) -> dict[str, float]:
     out: dict[str, float] = {}
     if metrics & _SERVING:
         s = measure_serving(model, batch_size, seq_len, DECODE_TOKENS, loops, repeats)
@@ -29,20 +29,23 @@ def _one(model, metrics: set[str], seq_len: int, batch_size: int, loops: int | N
     if "peak_memory_bytes" in metrics:
         out["peak_memory_bytes"] = float(serving_peak(model, batch_size, seq_len, loops).bytes)
     if "train_tokens_per_s" in metrics:
-        trainee = copy.deepcopy(model).float()
+        trainee = copy.deepcopy(train_model).float()
         out["train_tokens_per_s"] = measure_train(trainee, batch_size, seq_len, dtype, loops, repeats).tokens_per_s
     return out
 
 
 def serving_values(model, objectives: list[dict[str, Any]], loops: int | None = None,
-                   dtype: torch.dtype = torch.float32, repeats: int = 3) -> dict[str, float]:
+                   dtype: torch.dtype = torch.float32, repeats: int = 3, train_model=None) -> dict[str, float]:
     """``objectives``: ``{"name", "metric", "seq_len", "batch_size"}`` each; returns each
-    objective's measured value by name. ``model``: in its serving dtype; ``dtype``: the
-    training step's autocast dtype."""
+    objective's measured value by name. ``model``: in its serving dtype (see
+    :func:`runners.bench.measure.for_serving`); ``train_model``: the model as trained
+    (its backend; default ``model``), copied for the timed training step under ``dtype``
+    autocast."""
     groups: dict[tuple[int, int], set[str]] = {}
     for o in objectives:
         groups.setdefault((o["seq_len"], o["batch_size"]), set()).add(o["metric"])
-    measured = {key: _one(model, metrics, *key, loops, dtype, repeats) for key, metrics in groups.items()}
+    measured = {key: _one(model, train_model or model, metrics, *key, loops, dtype, repeats)
+                for key, metrics in groups.items()}
     return {o["name"]: measured[(o["seq_len"], o["batch_size"])][o["metric"]] for o in objectives}
 
 
