@@ -99,6 +99,13 @@ def test_attn_per_call_window_override_and_schedule():
     _, narrow = run_chunks(layer, x[:, :20], [20], window=3)
     with pytest.raises(ValueError, match="window"):
         layer(x[:, 20:21], cache=narrow)
+    # a dict shared by iterations of windows full and 3 (ELR's last_loop) says how much to keep
+    for keep, kept in ((None, 20), (8, 8)):
+        shared = {"keep": keep}
+        layer(x[:, :20], window=3, cache=shared)
+        assert shared["kv.k"].shape[1] == kept and shared["keep"] == keep
+        peek = layer(x[:, 20:], window=None if keep is None else 8, cache=shared, commit=False)
+        torch.testing.assert_close(peek, layer(x, window=None if keep is None else 8)[:, 20:], **TOL)
     # a built window overridden to "full" keeps every key
     swa = randomize(Attention(D, 4, 2, window_size=3))
     out, cache = run_chunks(swa, x, [7, 1], window="full")

@@ -6,7 +6,8 @@ maps (B, T, D) to (B, T, D); ``window`` overrides the layer's window for one cal
 it, ``"full"`` removes it, an int replaces it (loop schedules such as full -> 512 -> 256).
 ``cache`` is an incremental-decoding dict (``builders.cache``): keys and values live under
 ``kv.``; under a window only the last ``window`` of them are kept, so a cache sized for one
-window cannot serve a wider one (each scheduled application keeps its own dict).
+window cannot serve a wider one (each scheduled application keeps its own dict, or a shared
+dict says with its ``keep`` entry how many keys to keep, None for all).
 """
 
 from __future__ import annotations
@@ -75,10 +76,13 @@ def _extend(past: Tensor | None, new: Tensor) -> Tensor:
 
 
 def _commit(cache: dict, t: int, window: int | None, **tensors: Tensor) -> None:
-    """Store the extended tensors (only the last ``window`` under a window) and advance pos."""
+    """Store the extended tensors and advance pos. Only the last ``window`` are kept, or the
+    last ``cache["keep"]`` where the dict has that entry (None: all): a dict shared by loop
+    iterations of different windows keeps what the widest of them reads."""
+    keep = cache["keep"] if "keep" in cache else window
     for name, full in tensors.items():
-        if window is not None and full.shape[1] > window:
-            full = full[:, -window:].clone()  # a copy, so the dropped keys are freed
+        if keep is not None and full.shape[1] > keep:
+            full = full[:, -keep:].clone()  # a copy, so the dropped keys are freed
         cache[f"kv.{name}"] = full
     cache["pos"] = cache_pos(cache) + t
 

@@ -334,6 +334,7 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, valid: Tensor, scale: float) -> Ten
     return o.flatten(2, 3)
 
 
+@torch.no_grad()
 def dsa_topk(q_idx: Tensor, k_idx: Tensor, w_idx: Tensor | None = None, *, topk: int,
              window: int | None = None, scale: float | None = None, chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
     """Each query's ``topk`` best causal (windowed) keys, scored one query block at a time.
