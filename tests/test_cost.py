@@ -264,9 +264,6 @@ def test_state_bytes_per_application():
 
 CACHE_LEN = 40  # past every window of the tiny specs (32, 16, 8), 10 NSA blocks of 4
 TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
-# the shared last_loop cache of a scheduled layer must keep its widest window's keys: the
-# attention layer reads that from the dict's "keep" entry (builders.inference)
-NEEDS_KEEP = {("tiny_coarse_to_fine", "last_loop")}
 
 
 def _cache_bytes(arch, dtype: str, loops, n: int = CACHE_LEN) -> dict[str, int]:
@@ -293,10 +290,7 @@ def _assert_cache_bytes(arch, dtype: str, state: bool = True) -> None:
             assert got["state"] == fig.state_bytes, f"loops={k}"
 
 
-TINY_CASES = [pytest.param(name, policy, marks=pytest.mark.xfail(
-                  (name, policy) in NEEDS_KEEP, strict=False,
-                  reason="the attention layer keeps only the committing call's window; "
-                         "it should keep cache['keep'] (builders.inference)"), id=f"{name}-{policy}")
+TINY_CASES = [pytest.param(name, policy, id=f"{name}-{policy}")
               for name in arch_names() if name.startswith("tiny_") for policy in _policies(shipped(name))]
 
 
@@ -305,7 +299,8 @@ TINY_CASES = [pytest.param(name, policy, marks=pytest.mark.xfail(
 def test_cache_bytes_match_inference_cache(name, policy):
     """KV and recurrent-state bytes equal the bytes of the cache the inference path
     allocates after prefilling seq_len tokens, for every shipped tiny spec under each KV
-    policy, at each elastic loop count, in fp32; bf16 KV too (bf16 state: below)."""
+    policy, at each elastic loop count, in fp32; bf16 KV too (bf16 state: below). Under
+    last_loop, tiny_coarse_to_fine's one shared cache keeps its widest (full) window."""
     arch = shipped(name).model_copy(update={"kv_policy": policy})
     _assert_cache_bytes(arch, "fp32")
     _assert_cache_bytes(arch, "bf16", state=False)

@@ -8,8 +8,6 @@ implementation of the policy.
 """
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import torch
 
@@ -45,14 +43,6 @@ SWIGLU = {"kind": "swiglu", "hidden_size": 64}
 MOE = {"kind": "moe", "num_experts": 4, "top_k": 2, "expert_hidden": 32, "shared_expert_hidden": 32}
 
 
-def _takes_cache(kind: str) -> bool:
-    """Whether the attention layer behind ``kind`` decodes yet (H2's attention caches)."""
-    cls = {"attn": attn_layers.Attention, "swa": attn_layers.Attention, "parallel": attn_layers.Attention,
-           "switch": attn_layers.Attention, "dsa": attn_layers.DeepSeekSparseAttention,
-           "nsa": attn_layers.NativeSparseAttention}.get(kind)
-    return cls is None or "cache" in inspect.signature(cls.forward).parameters
-
-
 def _arch(layers: int = 2, mixer=GDN, ffn=SWIGLU, **extra):
     data = {"model": {"vocab_size": V, "width": 32}, "num_layers": layers,
             "layer": {"mixer": mixer, "ffn": ffn}, **extra}
@@ -60,7 +50,7 @@ def _arch(layers: int = 2, mixer=GDN, ffn=SWIGLU, **extra):
 
 
 def _hybrid(layers: int = 3, ffn=SWIGLU, **extra):
-    """attn:gdn 1:2 interleaved, attention in the middle, so loops hold both kinds."""
+    """attn:gdn 1:2 interleaved (gdn, gdn, attn), so loops hold both kinds."""
     return _arch(layers, ffn=ffn, hybrid={"ratio": {"gdn": 2, "attn": 1}, "placement": "interleave",
                                           "mixers": {"gdn": GDN, "attn": ATTN}}, **extra)
 
@@ -108,15 +98,11 @@ def _check(model, ids=None, loops=None, pattern=None, kv_policy=None):
 
 @pytest.mark.parametrize("kind", sorted(MIXERS))
 def test_every_mixer_decodes_like_the_forward(kind):
-    if not _takes_cache(kind):
-        pytest.skip(f"{kind}: the attention layer takes no decoding cache yet")
     _check(_model(_arch(mixer=MIXERS[kind])))
 
 
 def test_switch_decodes_with_one_fixed_pattern():
     """Random placement: one pattern for the whole session; given or sampled once."""
-    if not _takes_cache("switch"):
-        pytest.skip("the attention layer takes no decoding cache yet")
     arch = _arch(4, hybrid={"ratio": {"gdn": 1, "attn": 1}, "placement": "random",
                             "mixers": {"gdn": GDN, "attn": ATTN}},
                  loop={"boundary": "mixer", "T": 2, "update": {"kind": "residual_gate"}})
@@ -152,8 +138,6 @@ LOOPS = {
 
 @pytest.mark.parametrize("form", sorted(LOOPS))
 def test_every_loop_form_decodes_like_the_forward(form):
-    if not _takes_cache("attn"):
-        pytest.skip("the attention layer takes no decoding cache yet")
     _check(_model(_hybrid(**LOOPS[form])))
 
 
@@ -168,8 +152,6 @@ def _elr(ffn=SWIGLU, **loop):
 
 @pytest.mark.parametrize("loops", [None, 1, 2, 4])
 def test_elr_elastic_loop_counts_decode_like_the_forward(loops):
-    if not _takes_cache("attn"):
-        pytest.skip("the attention layer takes no decoding cache yet")
     _check(_model(_elr()), loops=loops, kv_policy="per_loop")
 
 
@@ -188,9 +170,6 @@ def test_moe_routing_replay_decodes_like_the_forward():
 @pytest.mark.parametrize("name", sorted(p.stem for p in ARCHS.glob("tiny_*.yaml")))
 def test_shipped_tiny_specs_decode_like_the_forward(name):
     arch = load_arch(ARCHS / f"{name}.yaml")
-    kinds = {l.mixer.kind for l in arch.layers}
-    if not all(_takes_cache(k) for k in kinds):
-        pytest.skip(f"{sorted(kinds)}: an attention layer takes no decoding cache yet")
     _check(_model(arch), ids=torch.randint(0, arch.model.vocab_size, (2, 13),
                                            generator=torch.Generator().manual_seed(3)), kv_policy="per_loop")
 
@@ -260,8 +239,6 @@ def test_last_loop_equals_its_whole_sequence_definition(loops):
     the past tokens' last-iteration keys in every iteration. That is another function
     than forward (per_loop's), so the decoded rows differ from forward, and equal the
     explicit reference for the same chunking."""
-    if not _takes_cache("attn"):
-        pytest.skip("the attention layer takes no decoding cache yet")
     model, ids = _model(_elr()), _ids()
     full = _full_logits(model, ids, loops)
     for prompt, step in ((7, 1), (4, 4)):
@@ -274,23 +251,15 @@ def test_last_loop_equals_its_whole_sequence_definition(loops):
 def test_last_loop_under_a_window_schedule_keeps_the_widest_window():
     """Coarse-to-fine full -> 6 -> 3: the last iteration writes with window 3, the first
     reads the whole past, so the one shared cache must keep every key (``keep``)."""
-    if not _takes_cache("attn"):
-        pytest.skip("the attention layer takes no decoding cache yet")
     model, ids = _model(_hybrid(**LOOPS["schedule"])), _ids()
-    try:
-        out, cache = _decoded(model, ids, 7, 1, kv_policy="last_loop")
-    except ValueError as exc:
-        if "window" not in str(exc):
-            raise
-        pytest.xfail(f"the attention layer ignores the shared cache's 'keep' entry: {exc}")
+    out, cache = _decoded(model, ids, 7, 1, kv_policy="last_loop")
     torch.testing.assert_close(out, _last_loop_reference(model, ids, 7, 1), **EXACT)
-    (attn,) = [d for key, d in cache.layers.items() if key[0] == 1]
+    assert (out[:, 7:] - _full_logits(model, ids)[:, 7:]).abs().max() > 1e-4
+    (attn,) = [d for (layer, _, _), d in cache.layers.items() if model.arch.layers[layer].mixer.kind == "attn"]
     assert attn["keep"] is None and attn["kv.k"].shape[1] == ids.shape[1]
 
 
 def test_last_loop_with_one_loop_is_per_loop():
-    if not _takes_cache("attn"):
-        pytest.skip("the attention layer takes no decoding cache yet")
     model, ids = _model(_elr()), _ids()
     last, _ = _decoded(model, ids, 5, loops=1, kv_policy="last_loop")
     per, _ = _decoded(model, ids, 5, loops=1, kv_policy="per_loop")
@@ -300,8 +269,6 @@ def test_last_loop_with_one_loop_is_per_loop():
 
 def test_last_loop_keeps_one_kv_cache_per_attention_layer():
     """KV stays at the one-loop size at every loop count; recurrent state grows with k."""
-    if not _takes_cache("attn"):
-        pytest.skip("the attention layer takes no decoding cache yet")
     model, ids = _model(_elr()), _ids()
     size = {k: model.prefill(ids, loops=k, kv_policy="last_loop")[1].nbytes() for k in (1, 2, 4)}
     per = {k: model.prefill(ids, loops=k, kv_policy="per_loop")[1].nbytes() for k in (1, 2, 4)}
@@ -315,8 +282,6 @@ def test_last_loop_parallel_branch_shares_attention_and_keeps_recurrent_state_pe
     """A parallel [window attn, gdn] mixer in a loop: its attention branch commits only in
     the last iteration, its GDN branch in every one; checked against per_loop at T = 1
     and against the attention-only split of the bytes."""
-    if not _takes_cache("parallel"):
-        pytest.skip("the attention layer takes no decoding cache yet")
     arch = _arch(2, mixer=MIXERS["parallel"], loop={"boundary": "mixer", "T": 3}, kv_policy="last_loop")
     model, ids = _model(arch), _ids()
     out, cache = _decoded(model, ids, 6, kv_policy="last_loop")
