@@ -26,7 +26,7 @@ def test_bench_cli_prints_tables_and_writes_plot_and_json(tmp_path, capsys, one_
                "--memory-limit", "2MiB", "--max-context", "4096", "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 0
-    assert "tiny_mixerloop: throughput on cpu" in text and "largest context that fits" in text
+    assert "tiny_mixerloop: tokens/s on cpu" in text and "largest context that fits" in text
     assert (out / "bench.png").stat().st_size > 1000
     result = json.loads((out / "bench.json").read_text())
     assert [(r["batch_size"], r["context"]) for r in result["rows"]] == [(1, 32), (1, 64), (2, 32), (2, 64)]

@@ -31,12 +31,12 @@ def _bytes(x: int | None) -> str:
 
 def table(result: BenchResult) -> Table:
     """Throughput: tokens/s over the batch; MFU against the measured matmul peak."""
-    t = Table(title=f"{result.spec}: throughput on {result.device} ({result.device_name}), {result.dtype}, "
+    t = Table(title=f"{result.spec}: tokens/s on {result.device} ({result.device_name}), {result.dtype}, "
                     f"backend {result.backend}"
                     + (f" (serving: {result.serving_backend})" if result.serving_backend not in (None, result.backend) else "")
                     + f"; median of {result.repeats}, decode over "
                     f"{result.decode_tokens} tokens")
-    for col in ("batch", "context", "train tok/s", "MFU", "prefill tok/s", "decode tok/s", "ms/token"):
+    for col in ("batch", "context", "train", "MFU", "prefill", "decode", "ms/token"):
         t.add_column(col, justify="right", no_wrap=True)
     for r in result.rows:
         t.add_row(str(r.batch_size), str(r.context), _si(r.train_tokens_per_s),
@@ -77,6 +77,7 @@ def plot(result: BenchResult, path: Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
 
     fig, axes = plt.subplots(1, len(PLOTTED), figsize=(4.2 * len(PLOTTED), 3.6), constrained_layout=True)
     for ax, (field, title) in zip(axes, PLOTTED):
@@ -86,6 +87,7 @@ def plot(result: BenchResult, path: Path) -> Path:
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=f"batch {b}")
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.set_yscale("log")
         ax.set_title(title)
         ax.set_xlabel("context (tokens)")

@@ -31,7 +31,7 @@ class Dtype(str, Enum):
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
 CPU_CONTEXTS, CUDA_CONTEXTS = "128,256,512", "1024,2048,4096,8192,16384,32768"
-CPU_MEMORY_LIMIT = 64 << 20
+CPU_MEMORY_LIMIT = 16 << 20
 
 
 def int_list(text: str, flag: str) -> list[int]:
@@ -67,7 +67,7 @@ def bench_cmd(
     backend: Annotated[Backend, typer.Option("--backend", help="auto: fla on CUDA when it runs, else torch.")] = Backend.auto,
     dtype: Annotated[Dtype | None, typer.Option("--dtype", help="Weights and cache for inference, autocast for training (default bf16 on CUDA, fp32 on CPU).", show_default=False)] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed repeats after one warm-up (median).", min=1)] = 3,
-    memory_limit: Annotated[str | None, typer.Option("--memory-limit", help="Largest-context search: stop when the measured peak exceeds this (default 64MiB on CPU; on CUDA the real out-of-memory).", show_default=False)] = None,
+    memory_limit: Annotated[str | None, typer.Option("--memory-limit", help="Largest-context search: stop when the measured peak exceeds this (default 16MiB on CPU; on CUDA the real out-of-memory).", show_default=False)] = None,
     max_context: Annotated[int | None, typer.Option("--max-context", help="Largest-context search: give up above this (default 65536 on CPU, 1048576 on CUDA).", min=1, show_default=False)] = None,
     out: OutOpt = None,
     as_json: JsonOpt = False,
