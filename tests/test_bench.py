@@ -172,3 +172,27 @@ def test_a_model_whose_backend_cannot_decode_is_served_by_its_torch_twin(one_thr
     assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
     logits, cache = served.prefill(torch.zeros(1, 3, dtype=torch.long))
     assert logits.shape == (1, 3, 256) and cache.pos == 3
+
+
+def test_an_elastic_trial_measures_serving_at_each_loop_count(tmp_path, one_thread):
+    from runners.sweep.records import read_trials
+    from runners.sweep.run import run_sweep
+
+    space = tmp_path / "elastic.yaml"
+    space.write_text(textwrap.dedent("""\
+        name: elastic_serving
+        base: tiny_elr
+        params: {switch: {target: elastic.switch_at, choices: [0.0]}}
+        objectives: [{metric: acc, direction: maximize}, {metric: cache_bytes, direction: minimize}]
+        proxy: {task: s5, task_params: {seq_len: 4, degree: 2}, steps: 2, batch_size: 4, eval_every: 2}
+        search: {sampler: grid, trials: 1, concurrency: 1}
+        seq_len: 16
+        """))
+    [record] = read_trials(run_sweep(space, out=tmp_path / "exp", backend="optuna", progress=False))
+    assert record.status == "complete", record.reason
+    assert [p.k for p in record.points] == [1, 2, 3, 4]
+    for p in record.points:  # fp32 on CPU: twice the cost sheet's bf16 bytes, at that k
+        sheet = record.cost["per_k"][str(p.k)]
+        assert p.values["cache_bytes"] == 2 * (sheet["kv_cache_bytes"] + sheet["state_bytes"])
+    held = [p.values["cache_bytes"] for p in record.points]
+    assert held == sorted(held) and len(set(held)) == 4  # one recurrent state per loop application
