@@ -48,26 +48,25 @@ class TrainTiming:
     peak: Peak
 
 
-def train_step(model, dtype: torch.dtype = torch.float32, loops: int | None = None):
-    """A closure running one optimizer step on fixed random (x, y) of the given shape."""
+def train_step(model, batch_size: int, context: int, dtype: torch.dtype = torch.float32,
+               loops: int | None = None):
+    """(a closure running one optimizer step on fixed random tokens, its optimizer, the
+    bytes of its inputs)."""
     from runners.train import param_groups
 
     device = _device(model)
     optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4, fused=device.type == "cuda" or None)
+    x = random_ids(model, batch_size, context, seed=1)
+    y = random_ids(model, batch_size, context, seed=2)
 
-    def make(batch_size: int, context: int):
-        x = random_ids(model, batch_size, context, seed=1)
-        y = random_ids(model, batch_size, context, seed=2)
-
-        def step():
-            with _autocast(device, dtype):
-                loss = model(x, y, loops=loops).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        return step, tensor_bytes([x, y])
-    return make, optimizer
+    def step():
+        with _autocast(device, dtype):
+            loss = model(x, y, loops=loops).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step, optimizer, tensor_bytes([x, y])
 
 
 def measure_train(model, batch_size: int, context: int, dtype: torch.dtype = torch.float32,
@@ -75,8 +74,7 @@ def measure_train(model, batch_size: int, context: int, dtype: torch.dtype = tor
     """Training throughput (tokens/s over the batch) and the peak memory of one step."""
     device = _device(model)
     model.train()
-    make, optimizer = train_step(model, dtype, loops)
-    step, inputs = make(batch_size, context)
+    step, optimizer, inputs = train_step(model, batch_size, context, dtype, loops)
     step()  # AdamW allocates its state on the first step: not part of the steady state
     _, peak = peak_memory(step, device, baseline=module_bytes(model, optimizer) + inputs)
     seconds = median_seconds(step, device, repeats, warmup)
