@@ -108,6 +108,23 @@ def test_reinjection_reads_the_region_input():
     assert sources == {"embed", "layers.0.ffn"}
 
 
+def test_reinjection_from_the_first_iteration_and_iteration_norms():
+    """tiny_huginn re-injects before each of its 4 iterations (the first reads the region
+    input on the stream); tiny_ouro normalises after each of its 4 iterations."""
+    g = unrolled_graph(arch("tiny_huginn"))
+    reinject = sorted((d["order"], n) for n, d in g.nodes(data=True) if d["op"] == "reinject")
+    assert len(reinject) == 4 and {g.nodes[n]["param_group"] for _, n in reinject} == {"loops.0.reinject"}
+    region_in = "layers.0.ffn"
+    flows = [{f: a for a, _, f in g.in_edges(n, data="flow")} for _, n in reinject]
+    assert flows[0] == {"stream": region_in}
+    assert all(f["input"] == region_in and g.nodes[f["stream"]]["op"] == "ffn" for f in flows[1:])
+    g = unrolled_graph(arch("tiny_ouro"))
+    norms = [n for n, d in g.nodes(data=True) if d["op"] == "iteration_norm"]
+    assert len(norms) == 4 and {g.nodes[n]["param_group"] for n in norms} == {"loops.0.norm"}
+    assert nas.graph.loop_label(arch("tiny_ouro"), arch("tiny_ouro").loops[0]) == "×4 iteration norm"
+    assert graph_problems(arch("tiny_huginn")) == [] and graph_problems(arch("tiny_ouro")) == []
+
+
 def test_loop_level_schedule_sets_the_window_per_iteration():
     g = unrolled_graph(arch("tiny_coarse_to_fine"))
     windows = [d["overrides"].get("window") for _, d in sorted(g.nodes(data=True), key=lambda x: x[1]["order"])
