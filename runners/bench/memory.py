@@ -10,7 +10,9 @@ the running sum of those events in time order gives the peak above the bytes liv
 region began, and ``baseline`` (the caller's live tensors: weights,
 gradients, optimizer state, inputs, cache) is added to it, so the figure has the same
 meaning as the CUDA one. Every tensor is seen, op outputs, activations, caches and an op's
-scratch tensors alike; memory a kernel takes from ``malloc`` directly is not.
+scratch tensors alike; memory a kernel takes from ``malloc`` directly is not. A block
+allocated before the region and freed inside it has no recorded size (torch warns once), so
+its free is not subtracted: the figure can err high by such blocks, never low.
 """
 from __future__ import annotations
 
