@@ -44,6 +44,16 @@ def test_bench_cli_prints_tables_and_writes_plot_and_json(tmp_path, capsys, one_
         assert l["fails"] == 2 * l["fits"] and l["peak_at_fit"] <= 2 << 20 and "exceeds" in l["reason"]
 
 
+def test_bench_cli_json_is_the_written_result(tmp_path, capsys, one_thread):
+    out = tmp_path / "j"
+    assert main(["bench", "tiny_noloop", "--contexts", "16", "--batch-sizes", "1", *FAST,
+                 "--memory-limit", "1MiB", "--json", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((out / "bench.json").read_text())
+    assert printed["memory_method"].startswith("torch profiler memory events")
+    assert printed["serving_backend"] == printed["backend"] == "torch" and printed["peak_flops"] > 0
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--contexts", "128,abc"], "--contexts '128,abc': expected comma-separated positive integers"),
     (["--batch-sizes", "0"], "--batch-sizes '0': expected comma-separated positive integers"),
