@@ -77,8 +77,10 @@ def _branches(op) -> tuple[str, ...]:
 
 def update_label(arch: ArchSpec, r: LoopRegion) -> str:
     """The region's rules in a few words (``ρ-gate``, ``gated step``, ``re-inject add``,
-    ``index cond``, each from its :mod:`nas.rules` module), then routing replay."""
-    words = [rule.label(r, arch) for rule in rules_of(r)] + ["routing replay" if r.routing_replay else ""]
+    ``index cond``, each from its :mod:`nas.rules` module), then routing replay and
+    truncated backpropagation."""
+    words = [rule.label(r, arch) for rule in rules_of(r)] + ["routing replay" if r.routing_replay else "",
+                                                            f"backprop last {r.truncate}" if r.truncate else ""]
     return ", ".join(w for w in words if w)
 
 

@@ -45,9 +45,8 @@ def show_cmd(
         console.print(summary(arch))
         for j, r in enumerate(arch.loops):
             rules = update_label(arch, r)
-            cut = f"  gradient through the last {r.truncate}" if r.truncate else ""
             console.print(f"loop {j}: {r.start} .. {r.end}  T={r.T}  update={r.update.kind}"
-                          f"  conditioning={r.conditioning}" + (f"  ({rules})" if rules else "") + cut,
+                          f"  conditioning={r.conditioning}" + (f"  ({rules})" if rules else ""),
                           highlight=False)
         if arch.elastic is not None:
             d = arch.elastic.train
