@@ -141,7 +141,7 @@ def _hybrid_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
                        "least two names in the ratio")
         options = tuple(_hybrid_mixer(n, hybrid, format_path(("hybrid", "ratio", n)))
                         for n in hybrid.ratio)
-        return tuple(LayerSpec(mixer=SwitchSpec(options=options), ffn=ffn) for _ in range(L))
+        return (LayerSpec(mixer=SwitchSpec(options=options), ffn=ffn),) * L
     for n in hybrid.ratio:
         _hybrid_mixer(n, hybrid, format_path(("hybrid", "ratio", n)))
     explicit, names = isinstance(hybrid.placement, tuple), placement(hybrid, L)
@@ -322,10 +322,16 @@ def _weighted(layers: tuple[LayerSpec, ...], rp: HybridSpec | None) -> tuple[Lay
     checks them against ``rp``."""
     if rp is None or not any(isinstance(l.mixer, SwitchSpec) and l.mixer.weights is None for l in layers):
         return layers
-    w = option_weights(rp, len(layers))
-    return tuple(l.model_copy(update={"mixer": l.mixer.model_copy(update={"weights": w})})
-                 if isinstance(l.mixer, SwitchSpec) and l.mixer.weights is None
-                 and len(l.mixer.options) == len(w) else l for l in layers)
+    w, done = option_weights(rp, len(layers)), {}
+
+    def weighted(l: LayerSpec) -> LayerSpec:
+        if not (isinstance(l.mixer, SwitchSpec) and l.mixer.weights is None and len(l.mixer.options) == len(w)):
+            return l
+        if id(l) not in done:  # repeated layers (a template) are one object: copy it once
+            done[id(l)] = l.model_copy(update={"mixer": l.mixer.model_copy(update={"weights": w})})
+        return done[id(l)]
+
+    return tuple(weighted(l) for l in layers)
 
 
 def _loop_ffn(layers: tuple[LayerSpec, ...], ffn: FFNSpec, regions: list[LoopRegion],
@@ -345,7 +351,11 @@ def lower(spec: ArchSpec) -> ArchSpec:
     if problems:
         raise SpecError(problems)
     raw = _raw_layers(spec)
-    layers = tuple(_resolve_layer(l, spec.model, f"layers[{i}]") for i, l in enumerate(raw))
+    resolved: dict[int, LayerSpec] = {}  # a template repeated L times is one object: resolve it once
+    for i, l in enumerate(raw):
+        if id(l) not in resolved:
+            resolved[id(l)] = _resolve_layer(l, spec.model, f"layers[{i}]")
+    layers = tuple(resolved[id(l)] for l in raw)
     sugars = spec.loop if isinstance(spec.loop, tuple) else ((spec.loop,) if spec.loop else ())
     regions = list(spec.loops)
     for j, s in enumerate(sugars):
