@@ -3,7 +3,8 @@
     python benchmarks/bench_sparse_memory.py [--lengths 1024 2048 4096 8192 16384] [--dense-max 8192]
 
 Each (case, implementation, T) runs in a fresh subprocess: it builds the layer and its input,
-warms up at T = 256, reads the peak resident set (``ru_maxrss``), runs one forward (and for
+warms up at T = 256, restarts the peak resident set (``VmHWM`` in /proc, Linux; not
+``ru_maxrss``, which a child inherits from the process that forked it), runs one forward (and for
 ``dsa-train`` the backward of output + indexer loss), and reports the rise of the peak: the
 memory the call itself needed, in MiB. glibc's mmap threshold is pinned at 64 KiB (``ENV``)
 so that a freed tensor leaves the resident set at once and the peak counts live tensors. Tiny heads, batch 1, float32, one thread; the dense
@@ -16,7 +17,6 @@ import argparse
 import gc
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -75,8 +75,24 @@ def _call(case: str, impl: str, layer, x):
     return layer(x), getattr(layer, "aux_loss", None)
 
 
+def _status_bytes(field: str) -> int:
+    """``VmRSS`` / ``VmHWM`` of this process from /proc (Linux), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak() -> None:
+    """Restart VmHWM at the current RSS (Linux >= 4.0); else it holds the peak since exec."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
 def measure(case: str, impl: str, t: int) -> dict:
-    """Rise of the peak RSS over one call at context t (this process must be fresh)."""
+    """Rise of the peak RSS over one call at context t (this process should be fresh)."""
     from builders.layers.attention import DeepSeekSparseAttention, NativeSparseAttention
 
     torch.set_num_threads(1)
@@ -88,15 +104,16 @@ def measure(case: str, impl: str, t: int) -> dict:
     for length in (256, t):
         x = torch.randn(1, length, kw["hidden_size"], requires_grad=train)
         gc.collect()
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
+        _reset_peak()
+        before = _status_bytes("VmHWM")
         start = time.perf_counter()
         with torch.set_grad_enabled(train):
             o, aux = _call(case, impl, layer, x)
             if train:
                 (o.square().mean() + aux).backward()
         seconds = time.perf_counter() - start
+        peak = _status_bytes("VmHWM")
         del o, aux
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"case": case, "impl": impl, "T": t, "peak_bytes": peak - before, "seconds": seconds}
 
 

@@ -83,6 +83,15 @@ def test_attn_window_cache_is_a_bounded_buffer():
     assert cache["kv.k"].untyped_storage().nbytes() == cache["kv.k"].numel() * 8  # no hidden longer storage
 
 
+def test_attn_long_window_prefill_and_decode():
+    """Past 128 queries a short window runs blockwise, in the forward and in a long prefill."""
+    layer = randomize(Attention(D, 4, 2, window_size=9))
+    x = torch.randn(1, 300, D, dtype=torch.float64)
+    out, cache = run_chunks(layer, x, [200, 1, 1, 60])
+    torch.testing.assert_close(out, layer(x), **TOL)
+    assert cache["kv.k"].shape[1] == 9
+
+
 def test_attn_per_call_window_override_and_schedule():
     """A schedule full -> 8 -> 3: each application keeps its own dict, sized for its window."""
     layer = randomize(Attention(D, 4, 2))

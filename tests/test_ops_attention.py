@@ -92,6 +92,16 @@ def test_attention_matches_fla_naive(case):
     assert_close_all(grads(o, (q, k, v)), grads(o_fla, (q, k, v)))
 
 
+@pytest.mark.parametrize("t_q,window", [(300, 16), (300, 171), (129, 1)], ids=["T300-w16", "T300-w171", "T129-w1"])
+def test_long_sliding_window_runs_blockwise_like_the_naive_form(t_q, window):
+    """Past CHUNK queries a short window runs in query blocks; the same function as one mask."""
+    torch.manual_seed(20)
+    q, k, v = rand(1, t_q, 4, 8), rand(1, t_q + 5, 2, 8), rand(1, t_q + 5, 2, 8)  # 5 cached keys before q
+    o, o_ref = attention(q, k, v, window=window), naive_attention(q, k, v, window=window)
+    torch.testing.assert_close(o, o_ref, **TOL[torch.float64])
+    assert_close_all(grads(o, (q, k, v)), grads(o_ref, (q, k, v)), **TOL[torch.float64])
+
+
 def test_attention_non_causal_and_suffix_queries():
     torch.manual_seed(2)
     q, k, v = rand(2, 20, 4, 8), rand(2, 20, 2, 8), rand(2, 20, 2, 8)

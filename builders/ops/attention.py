@@ -72,7 +72,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = True,
               window: int | None = None, scale: float | None = None) -> Tensor:
     """Softmax attention. q (B, Tq, HQ, D), k (B, Tk, H, D), v (B, Tk, H, Dv) -> (B, Tq, HQ, Dv).
 
-    ``window=w`` lets query t see keys t-w+1..t (fla / flash-attn ``(w-1, 0)``).
+    ``window=w`` lets query t see keys t-w+1..t (fla / flash-attn ``(w-1, 0)``); a long
+    sequence under a short window runs in query blocks over their own keys (no (T, T) mask).
     """
     _check_heads(q, k)
     if window is not None and not causal:
@@ -82,7 +83,22 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = True,
         return _sdpa(q, k, v, None, scale)
     if window is None and t_q == t_k:
         return _sdpa(q, k, v, None, scale, is_causal=True)  # lets SDPA pick a fused kernel
+    if window is not None and t_q > CHUNK and window + CHUNK < t_k:
+        return _sliding_blocks(q, k, v, window, scale)
     return _sdpa(q, k, v, causal_mask(t_q, t_k, window, q.device), scale)
+
+
+def _sliding_blocks(q: Tensor, k: Tensor, v: Tensor, window: int, scale: float | None) -> Tensor:
+    """Sliding-window attention a block of queries at a time, each over its ``chunk + window - 1``
+    keys: no (Tq, Tk) mask, memory linear in T."""
+    t_q, t_k = q.shape[1], k.shape[1]
+    out = []
+    for s, e in _blocks(t_q, CHUNK):
+        hi = t_k - t_q + e
+        lo = max(0, hi - (e - s) - window + 1)
+        mask = causal_mask(e - s, hi - lo, window, q.device)
+        out.append(_sdpa(q[:, s:e], k[:, lo:hi], v[:, lo:hi], mask, scale))
+    return torch.cat(out, 1)
 
 
 def masked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, *,
