@@ -313,3 +313,15 @@ def test_a_oneshot_sweep_cut_short_resumes_without_evaluating_twice(tmp_path, on
     assert all(t.status == "complete" for t in done)
     assert all(next(t for t in done if t.id == i).finished == r.finished for i, r in first.items())
     assert not json.loads((exp / "oneshot.json").read_text())["search"]["budget_spent"]
+
+
+def test_bad_supernet_trainer_settings_are_one_error_before_anything_runs(tmp_path):
+    from runners.sweep.driver import SweepError
+    from runners.sweep.run import run_sweep
+
+    path = space_file(tmp_path, "train: {stepz: 3}\n")
+    with pytest.raises(SweepError, match=r"oneshot.train / proxy.stepz: Extra inputs"):
+        run_sweep(path, out=tmp_path / "exp", progress=False)
+    with pytest.raises(SweepError, match="drop --backend"):
+        run_sweep(space_file(tmp_path, "sampling: ratio\n"), out=tmp_path / "exp", backend="ray", progress=False)
+    assert not (tmp_path / "exp").exists()
