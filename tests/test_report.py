@@ -18,6 +18,7 @@ from nas.graph import summary
 from nas.load import load_arch, loads_arch
 from nas.pareto import knee_point, pareto_front
 from runners.cli import main
+from runners.report import front_2d, write_report
 from runners.report.data import kendall_tau, load
 from runners.sweep.records import ExperimentRecord, Objective, Point, Rung, TrialRecord, write_json
 
@@ -295,6 +296,29 @@ def test_serving_objectives_are_columns_and_quality_stays_the_y_axis(tmp_path, c
     header, *rows = [l for l in console.export_text().splitlines() if "t000" in l or "decode" in l]
     assert "decode_latency_ms" in header and "peak_memory_bytes" in header
     assert "5 ms" in rows[1] and "5.722 MiB" in rows[1]  # each in its unit
+
+
+def test_serving_objectives_get_their_own_charts_in_their_direction(tmp_path):
+    """A throughput objective (maximised) is an x-axis where higher is better: its 2-D
+    front keeps the fast, accurate points; the PNG and the interactive chart are written."""
+    objectives = [*OBJECTIVES,
+                  Objective(name="decode_tokens_per_s", direction="maximize", measured=True, serving=True)]
+    trials = []
+    # (acc, tokens/s): t0 slow and poor (dominated), t1 fast and poor, t2 slow and good
+    for n, (acc, speed) in enumerate(((0.5, 100.0), (0.55, 900.0), (0.8, 300.0))):
+        t = trial(n, "complete", arch_of(64, 2, "none", 1), acc=acc, finished=10.0 + n)
+        values = {**t.points[0].values, "decode_tokens_per_s": speed}
+        trials.append(t.model_copy(update={"points": [Point(values=values)]}))
+    root = make_experiment(tmp_path / "serving", trials, objectives=objectives)
+    exp = load(root)
+    from runners.report.axes import serving_axes
+    (axis,) = serving_axes(exp)
+    assert axis.direction == "maximize" and axis.better == "higher is better"
+    assert [exp.rows[i].trial.id for i in front_2d(exp, axis.attr, axis.direction)] == ["t0002", "t0001"]
+    report = write_report(root)
+    assert (root / "report" / f"{axis.png}.png") in report.pngs
+    html = report.index.read_text()
+    assert "Quality vs measured serving cost" in html and "higher is better" in html
 
 
 def test_running_sweep_without_complete_trials(tmp_path, capsys):

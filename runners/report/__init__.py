@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .axes import axes
+from .axes import axes, serving_axes
 from .data import Experiment, front_2d, hypervolume_history, load, rank_agreement
 from .page import diagram_uri, document, front_table, header, plural
 
@@ -74,6 +74,11 @@ def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
     body = _section("Quality vs projection compute", [html(front_figure(exp, compute))])
     body += _section("Quality vs parameters and memory",
                      [html(front_figure(exp, params)), html(front_figure(exp, memory))], grid=True)
+    serving = serving_axes(exp)
+    if serving:
+        pngs += [front_png(exp, a, out / f"{a.png}.png") for a in serving]
+        body += _section("Quality vs measured serving cost",
+                         [html(front_figure(exp, a)) for a in serving], grid=len(serving) > 1)
     history = hypervolume_history(exp)
     pngs.append(hypervolume_png(history, exp.record.name, out / "hypervolume.png"))
     agreement = rank_agreement(exp)

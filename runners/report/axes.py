@@ -10,14 +10,22 @@ from .data import Experiment, Row
 
 @dataclass(frozen=True)
 class Axis:
-    attr: str  # Row property: compute, params, memory
+    attr: str  # Row.get key: compute, params, memory, or an objective's name
     title: str
     short: str  # for chart titles
     png: str  # file stem under report/
     unit: str = ""
+    direction: str = "minimize"
 
     def fmt(self, x: float) -> str:
         return nbytes(x) if self.unit == "B" else si(x)
+
+    def value(self, row: Row) -> float:
+        return row.get(self.attr)
+
+    @property
+    def better(self) -> str:
+        return "lower is better" if self.direction == "minimize" else "higher is better"
 
 
 def axes(exp: Experiment) -> list[Axis]:
@@ -27,6 +35,30 @@ def axes(exp: Experiment) -> list[Axis]:
         Axis("memory", f"KV cache + recurrent state / sequence at context {exp.seq_len}",
              f"inference memory at context {exp.seq_len}", "front_memory", "B"),
     ]
+
+
+_SERVING_TITLES = {
+    "train_tokens_per_s": "measured training throughput (tokens/s)",
+    "prefill_tokens_per_s": "measured prefill throughput (tokens/s)",
+    "decode_tokens_per_s": "measured decode throughput (tokens/s)",
+    "decode_latency_ms": "measured decode latency (ms / token)",
+    "peak_memory_bytes": "measured peak memory",
+    "cache_bytes": "measured inference cache",
+}
+
+
+def serving_axes(exp: Experiment) -> list[Axis]:
+    """One axis per measured serving objective (``runners.bench``), in its own direction."""
+    out = []
+    for o in exp.objectives:
+        if not o.serving:
+            continue
+        metric = o.name.split("@", 1)[0]
+        title = f"{_SERVING_TITLES.get(metric, metric)} [{o.name}]"
+        stem = "front_" + "".join(c if c.isalnum() else "_" for c in o.name)
+        unit = "B" if metric.endswith("bytes") else ""
+        out.append(Axis(o.name, title, o.name, stem, unit, o.direction))
+    return out
 
 
 def si(x: float) -> str:
@@ -65,4 +97,4 @@ def log_scale(values: list[float]) -> bool:
     return bool(values) and min(values) > 0 and max(values) / min(values) > 20
 
 
-__all__ = ["Axis", "axes", "hover", "log_scale", "nbytes", "quality_title", "si"]
+__all__ = ["Axis", "axes", "serving_axes", "hover", "log_scale", "nbytes", "quality_title", "si"]

@@ -18,7 +18,7 @@ LAYOUT = dict(template="plotly_white", height=480, margin=dict(l=70, r=30, t=90,
 
 def _scatter(exp: Experiment, axis: Axis, idx: list[int], **style) -> go.Scatter:
     rows = [exp.rows[i] for i in idx]
-    return go.Scatter(x=[getattr(r, axis.attr) for r in rows],
+    return go.Scatter(x=[axis.value(r) for r in rows],
                       y=[r.values[exp.quality.name] for r in rows],
                       hovertext=[hover(exp, r) for r in rows],
                       hovertemplate="%{hovertext}<extra></extra>", **style)
@@ -43,7 +43,7 @@ def _elastic_links(exp: Experiment, axis: Axis) -> list[go.Scatter]:
 def front_figure(exp: Experiment, axis: Axis) -> go.Figure:
     """Quality against one cost: every point, the front in this plane as a red line, the
     knee of the experiment's front as a star."""
-    front = front_2d(exp, axis.attr)
+    front = front_2d(exp, axis.attr, axis.direction)
     rest = [i for i in range(len(exp.rows)) if i not in set(front)]
     fig = go.Figure(_elastic_links(exp, axis))
     fig.add_trace(_scatter(exp, axis, rest, mode="markers", name="dominated",
@@ -55,10 +55,10 @@ def front_figure(exp: Experiment, axis: Axis) -> go.Figure:
         fig.add_trace(_scatter(exp, axis, [exp.knee], mode="markers", name="knee",
                                marker=dict(symbol="star", color=KNEE, size=20,
                                            line=dict(color="black", width=1))))
-    xs = [getattr(r, axis.attr) for r in exp.rows]
+    xs = [axis.value(r) for r in exp.rows]
     fig.update_layout(**LAYOUT)
     fig.update_layout(title_text=f"{exp.quality.name} vs {axis.short}")
-    fig.update_xaxes(title=f"{axis.title} (lower is better)", **_ticks(axis, xs))
+    fig.update_xaxes(title=f"{axis.title} ({axis.better})", **_ticks(axis, xs))
     fig.update_yaxes(title=quality_title(exp))
     return fig
 

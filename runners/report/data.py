@@ -63,6 +63,12 @@ class Row:
         """Inference memory per sequence: KV cache plus recurrent state."""
         return float(self.sheet["kv_cache_bytes"] + self.sheet["state_bytes"])
 
+    def get(self, key: str) -> float:
+        """A cost axis (``compute``, ``params``, ``memory``) or an objective's value by name."""
+        if key in ("compute", "params", "memory"):
+            return getattr(self, key)
+        return float(self.values[key])
+
 
 @dataclass
 class Experiment:
@@ -180,15 +186,15 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
     return exp
 
 
-def front_2d(exp: Experiment, x: str) -> list[int]:
-    """Indices of rows on the front of quality against the row attribute ``x`` (a cost,
-    minimised), ordered by ``x``."""
+def front_2d(exp: Experiment, x: str, direction: str = "minimize") -> list[int]:
+    """Indices of rows on the front of quality against ``x`` (a :meth:`Row.get` key: a cost
+    axis, minimised, or a serving objective in its ``direction``), ordered by ``x``."""
     if not exp.rows:
         return []
     q = exp.quality
-    values = [[r.values[q.name], getattr(r, x)] for r in exp.rows]
-    front = pareto_front(values, [q.direction, "minimize"]).tolist()
-    return sorted(front, key=lambda i: (getattr(exp.rows[i], x), exp.rows[i].label))
+    values = [[r.values[q.name], r.get(x)] for r in exp.rows]
+    front = pareto_front(values, [q.direction, direction]).tolist()
+    return sorted(front, key=lambda i: (exp.rows[i].get(x), exp.rows[i].label))
 
 
 def completion_order(exp: Experiment) -> list[TrialRecord]:

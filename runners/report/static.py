@@ -13,13 +13,13 @@ from .data import Experiment, front_2d
 
 
 def _xy(exp: Experiment, axis: Axis, idx: list[int]) -> tuple[list[float], list[float]]:
-    return ([getattr(exp.rows[i], axis.attr) for i in idx],
+    return ([axis.value(exp.rows[i]) for i in idx],
             [exp.rows[i].values[exp.quality.name] for i in idx])
 
 
 def front_png(exp: Experiment, axis: Axis, path: Path) -> Path:
     """Quality against one cost, the front in this plane in red, members labelled."""
-    front = front_2d(exp, axis.attr)
+    front = front_2d(exp, axis.attr, axis.direction)
     rest = [i for i in range(len(exp.rows)) if i not in set(front)]
     fig = Figure(figsize=(7.5, 4.8))
     ax = fig.add_subplot()
@@ -39,14 +39,14 @@ def front_png(exp: Experiment, axis: Axis, path: Path) -> Path:
     for x, y, i in zip(*_xy(exp, axis, front), front):
         ax.annotate(exp.rows[i].label, (x, y), xytext=(5, -11), textcoords="offset points",
                     fontsize=7, color="#7a1010")
-    if log_scale([getattr(r, axis.attr) for r in exp.rows]):
+    if log_scale([axis.value(r) for r in exp.rows]):
         ax.set_xscale("log", base=2 if axis.unit == "B" else 10)
         if axis.unit != "B":  # label 2× and 5× between the decades too
             ax.xaxis.set_minor_locator(LogLocator(subs=(2, 5)))
             ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: axis.fmt(x)))
             ax.tick_params(axis="x", which="both", labelsize=8)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: axis.fmt(x)))
-    ax.set_xlabel(f"{axis.title} (lower is better)", fontsize=9)
+    ax.set_xlabel(f"{axis.title} ({axis.better})", fontsize=9)
     ax.set_ylabel(quality_title(exp))
     ax.set_title(f"{exp.record.name}: {exp.quality.name} vs {axis.short}", fontsize=10)
     ax.grid(alpha=0.3)
