@@ -172,9 +172,17 @@ def search(space: Space, run: OneShotSearch) -> tuple[tuple[int, ...], dict]:
 def run_oneshot(sweep: Sweep, out: Path, progress: bool = True,
                 on_change: Callable[[], None] = lambda: None) -> dict:
     """Train the supernet, search, extract the front; returns the summary (also written
-    to ``EXP/oneshot.json``)."""
+    to ``EXP/oneshot.json``). Runs on ``search.resources.cpu`` threads, like a trial."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(sweep.space.spec.search.resources.cpu)))  # as a sweep's trial
+    try:
+        return _run(sweep, out, progress, on_change)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(sweep: Sweep, out: Path, progress: bool, on_change: Callable[[], None]) -> dict:
     space = sweep.space
-    torch.set_grad_enabled(True)
     t0 = time.perf_counter()
     result = train_supernet(space, out / "supernet", progress=progress)
     train_time = time.perf_counter() - t0
