@@ -281,14 +281,13 @@ def _policies(arch) -> list[str]:
     return ["per_loop", "last_loop"] if arch.loops else ["per_loop"]
 
 
-def _assert_cache_bytes(arch, dtype: str, state: bool = True) -> None:
+def _assert_cache_bytes(arch, dtype: str) -> None:
     sheet = cost(arch, seq_len=CACHE_LEN, dtype=dtype)
     for k in (None, *(arch.elastic.eval if arch.elastic else ())):
         fig = sheet.figures if k is None else sheet.at(k)
         got = _cache_bytes(arch, dtype, k)
         assert got["kv"] == fig.kv_cache_bytes, f"loops={k}"
-        if state:
-            assert got["state"] == fig.state_bytes, f"loops={k}"
+        assert got["state"] == fig.state_bytes, f"loops={k}"
 
 
 TINY_CASES = [pytest.param(name, policy, id=f"{name}-{policy}")
@@ -300,11 +299,11 @@ TINY_CASES = [pytest.param(name, policy, id=f"{name}-{policy}")
 def test_cache_bytes_match_inference_cache(name, policy):
     """KV and recurrent-state bytes equal the bytes of the cache the inference path
     allocates after prefilling seq_len tokens, for every shipped tiny spec under each KV
-    policy, at each elastic loop count, in fp32; bf16 KV too (bf16 state: below). Under
+    policy, at each elastic loop count, in fp32 and bf16 (float32 matrix states). Under
     last_loop, tiny_coarse_to_fine's one shared cache keeps its widest (full) window."""
     arch = shipped(name).model_copy(update={"kv_policy": policy})
     _assert_cache_bytes(arch, "fp32")
-    _assert_cache_bytes(arch, "bf16", state=False)
+    _assert_cache_bytes(arch, "bf16")
 
 
 MIXER_CASES = {
@@ -327,7 +326,8 @@ def test_cache_bytes_match_inference_cache_per_mixer(mixer):
                                    "layer": {"mixer": MIXER_CASES[mixer], "ffn": {"kind": "none"}},
                                    "loop": {"boundary": "mixer", "T": 2}}))
     for policy in ("per_loop", "last_loop"):
-        _assert_cache_bytes(arch.model_copy(update={"kv_policy": policy}), "fp32")
+        for dtype in ("fp32", "bf16"):
+            _assert_cache_bytes(arch.model_copy(update={"kv_policy": policy}), dtype)
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -345,9 +345,9 @@ def test_state_bytes_keep_the_recurrent_state_in_float32():
     assert _cache_bytes(arch, "fp32", None)["state"] == 8 * op_state_bytes(g, d, 4)
 
 
-@pytest.mark.xfail(strict=True, reason="nas/cost/sheet.py prices state at the dtype's bytes; "
-                                       "it should use nas.cost.ops.op_state_bytes (float32 matrix states)")
+@pytest.mark.usefixtures("one_thread")
 def test_bf16_sheet_state_bytes_match_inference_cache():
+    """The sheet prices a bf16 model's matrix states at 4 bytes and its conv tails at 2."""
     arch = shipped("tiny_mixerloop")
     assert _cache_bytes(arch, "bf16", None)["state"] == cost(arch, seq_len=CACHE_LEN).figures.state_bytes
 

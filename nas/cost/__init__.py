@@ -27,6 +27,9 @@ Conventions, derived where each quantity is computed:
   weighted by its canonical ``weights`` entry: the probability that the placement sampler
   runs it in that layer (``count/L`` for ratio sampling, ``ratio_i/Σ ratio`` for uniform);
   its memory is the *largest* option's, the amount to provision.
+- Inference memory is what decoding keeps per sequence: KV caches at the model's dtype,
+  recurrent matrix states in float32 at least (as fla keeps them in bf16 models), short-conv
+  tails at the model's dtype (:func:`op_state_bytes`).
 
 Parameter names match the compiled model: ``embed``, ``lm_head`` (untied only),
 ``layers.{i}.mixer_norm``, ``layers.{i}.mixer``, ``layers.{i}.ffn_norm``,
@@ -36,7 +39,7 @@ Parameter names match the compiled model: ``embed``, ``lm_head`` (untied only),
 from .counting import Counts, counts, layer_choices, mixer_settings, switch_weights, with_override
 from .ops import (
     mean_blocks, mean_keys, moe_params, op_active_params, op_kv_elements, op_params,
-    op_projection_flops, op_seq_flops, op_state_elements,
+    op_projection_flops, op_seq_flops, op_state_bytes, op_state_elements,
 )
 from .sheet import (
     DEFAULT_SEQ_LEN, DTYPE_BYTES, CostSheet, ExtraCost, Figures, OpCost, ProjectionFlops, cost,
@@ -48,6 +51,6 @@ __all__ = [
     "DEFAULT_SEQ_LEN", "DTYPE_BYTES", "cost", "counts", "embedding_params", "layer_choices",
     "mean_blocks", "mean_keys", "mixer_settings", "moe_params", "norm_params",
     "op_active_params", "op_kv_elements", "op_params", "op_projection_flops",
-    "op_seq_flops", "op_state_elements", "projection_flops", "switch_weights",
+    "op_seq_flops", "op_state_bytes", "op_state_elements", "projection_flops", "switch_weights",
     "unique_params", "with_override",
 ]

@@ -10,7 +10,7 @@ from ..plan import check_loops, max_loops
 from ..rules import rules_of
 from ..spec import ArchSpec, MoESpec, NoFFNSpec, Spec, SwitchSpec
 from .counting import _CACHE, Counts, _key, counts, layer_choices, mixer_settings
-from .ops import op_active_params, op_kv_elements, op_params, op_seq_flops, op_state_elements
+from .ops import op_active_params, op_kv_elements, op_params, op_seq_flops, op_state_bytes
 
 DEFAULT_SEQ_LEN = 1024
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -90,28 +90,26 @@ def _extras(arch: ArchSpec, c: Counts) -> tuple[ExtraCost, ...]:
 class _Static(NamedTuple):
     params: int
     active: int
-    state: int
 
 
 class _Profile(NamedTuple):
     params: int
     active: int
-    state: int
     seq: float
     kv: int
 
 
 def _static(op: Spec, d: int) -> _Static:
-    """Parameters, active parameters and state elements of one op, cached."""
+    """Parameters and active parameters of one op, cached."""
     key = (_key(op), d)
     s = _CACHE.get(key)
     if s is None:
         if len(_CACHE) >= 1 << 16:
             _CACHE.clear()
         if isinstance(op, SwitchSpec):  # priced per option, see layer_choices
-            s = _CACHE[key] = _Static(op_params(op, d), 0, 0)
+            s = _CACHE[key] = _Static(op_params(op, d), 0)
         else:
-            s = _CACHE[key] = _Static(op_params(op, d), op_active_params(op, d), op_state_elements(op, d))
+            s = _CACHE[key] = _Static(op_params(op, d), op_active_params(op, d))
     return s
 
 
@@ -153,10 +151,10 @@ def _general_mixer_row(arch: ArchSpec, i: int, c: Counts, n: int, nbytes: int) -
         seq += share * sum(w * p.seq for w, p in profiles)
         kv = max(p.kv for _, p in profiles)
         kv_apps, kv_max = kv_apps + share * kv, max(kv_max, kv)
-        state += share * max(p.state for _, p in profiles)
+        state += share * max(op_state_bytes(ch, d, nbytes) for _, ch in layer_choices(op))
     kv = kv_max if arch.kv_policy == "last_loop" else kv_apps
     return OpCost(i, "mixer", mixer.kind, _static(mixer, d).params, c.apps[2 * i], proj, seq,
-                  kv * nbytes, state * nbytes)
+                  kv * nbytes, state)
 
 
 def _ffn_flops(op: Spec, d: int, c: Counts, layer: int, active: int) -> float:
@@ -182,7 +180,8 @@ def _figures(arch: ArchSpec, loops: int | None, n: int, nbytes: int,
             row = _general_mixer_row(arch, i, c, n, nbytes)
         else:
             row = OpCost(i, "mixer", layers[i].mixer.kind, mp.params, apps, 2.0 * apps * mp.active,
-                         apps * mp.seq, mp.kv * (apps if kv_runs else 1) * nbytes, apps * mp.state * nbytes)
+                         apps * mp.seq, mp.kv * (apps if kv_runs else 1) * nbytes,
+                         apps * op_state_bytes(layers[i].mixer, arch.model.width, nbytes))
         mixer, seq = mixer + row.projection_flops, seq + row.seq_mixing_flops
         kv, state = kv + row.kv_cache_bytes, state + row.state_bytes
         apps = c.apps[2 * i + 1]
