@@ -23,7 +23,7 @@ from runners.oneshot.supernet import load_supernet, supernet_config
 from runners.oneshot.weights import inherit, load_source
 from runners.sweep.records import read_trials
 from runners.tasks import make_task
-from runners.train import CHECKPOINT, TrainConfig, eval_batches, ffn_parameters, train, with_vocab
+from runners.train import CHECKPOINT, eval_batches, train, with_vocab
 
 BASE = """\
 base:
