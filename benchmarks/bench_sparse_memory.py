@@ -7,8 +7,9 @@ warms up at T = 256, restarts the peak resident set (``VmHWM`` in /proc, Linux; 
 ``ru_maxrss``, which a child inherits from the process that forked it), runs one forward (and for
 ``dsa-train`` the backward of output + indexer loss), and reports the rise of the peak: the
 memory the call itself needed, in MiB. glibc's mmap threshold is pinned at 64 KiB (``ENV``)
-so that a freed tensor leaves the resident set at once and the peak counts live tensors. Tiny heads, batch 1, float32, one thread; the dense
-twin runs only up to ``--dense-max``. ``--out`` writes the table as markdown.
+so that a freed tensor leaves the resident set at once and the peak counts live tensors.
+Tiny heads, batch 1, float32, one thread; the dense twin runs only up to ``--dense-max``.
+``--out`` writes the table as markdown.
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ def measure(case: str, impl: str, t: int) -> dict:
 
 def run_one(case: str, impl: str, t: int) -> dict:
     """``measure`` in a fresh interpreter, so each peak starts from the same baseline."""
-    code = f"from benchmarks.bench_sparse_memory import measure; import json; print(json.dumps(measure({case!r}, {impl!r}, {t})))"
+    code = ("import json; from benchmarks.bench_sparse_memory import measure; "
+            f"print(json.dumps(measure({case!r}, {impl!r}, {t})))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, **ENV, "PYTHONPATH": str(ROOT)})
     if proc.returncode:
@@ -129,8 +131,8 @@ def run_one(case: str, impl: str, t: int) -> dict:
 
 def table(rows: list[dict]) -> str:
     mib = 2 ** 20
-    lines = ["| case | T | blockwise MiB | dense MiB | dense / blockwise | blockwise MiB per 1k tokens | blockwise s | dense s |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | T | blockwise MiB | dense MiB | dense / blockwise | blockwise MiB per 1k tokens "
+             "| blockwise s | dense s |", "|---|---|---|---|---|---|---|---|"]
     by = {(r["case"], r["impl"], r["T"]): r for r in rows}
     for case, _, t in sorted({(r["case"], "", r["T"]) for r in rows}):
         b, d = by[(case, "blockwise", t)], by.get((case, "dense", t))
