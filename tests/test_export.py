@@ -173,6 +173,7 @@ def test_export_directory_contents(round_trip):
     assert json.loads((e.out / "cost.json").read_text())["unique_params"] == unique_params(e.arch)
     readme = (e.out / "README.md").read_text()
     assert "t0002" in readme and "trust_remote_code=True" in readme
+    assert "LoopnasCache" in readme and "`last_loop`" in readme  # tiny_elr decodes under last_loop
     assert "model.safetensors" not in {p.name for p in (e.out / "scaled").iterdir()}
 
 
@@ -186,6 +187,7 @@ def test_vendored_code_is_relative_and_complete(tmp_path):
     code = {p.name for p in out.glob("*.py")}
     followed = {Path(f).name for f in get_relative_import_files(str(out / "modeling_loopnas.py"))}
     assert followed == code - {"modeling_loopnas.py"}  # transformers copies every file, no more
+    assert {"builders_inference.py", "builders_cache.py"} <= code  # the decoding cache
     for name in code:
         tree = ast.parse((out / name).read_text())
         for node in ast.walk(tree):
@@ -299,3 +301,166 @@ def test_cli_exports_a_pick(fabricated, tmp_path, capsys):
     assert main(["export", str(fabricated), "--pick", "cheapest", "--out", str(tmp_path / "o")]) == 0
     assert "exported tiny_noloop" in capsys.readouterr().out
     assert json.loads((tmp_path / "o" / "config.json").read_text())["arch"]["name"] == "tiny_noloop"
+
+
+# ---------------------------------------------------------------- generate with the cache
+
+
+GENERATE = Path(__file__).parent / "fixtures" / "export" / "generate_without_loopnas.py"
+RANDOM_SPEC = """name: tiny_random_loop
+model:
+  vocab_size: 256
+  width: 64
+  defaults:
+    attn: {num_heads: 4, output_gate: true}
+    gdn: {num_heads: 2, head_dim: 32, expand_v: 1}
+    swiglu: {hidden_size: 128}
+num_layers: 4
+hybrid: {ratio: {attn: 1, gdn: 3}, placement: random, eval_samples: 2}
+loop: {boundary: block, T: 2, update: {kind: residual_gate}}
+"""
+PATTERN = [1, 1, 0, 1]  # option 0 is attention: attention in layer 2, GDN elsewhere
+PROMPT, NEW = 7, 8
+
+
+def varied_checkpoint(spec: Path, path: Path, seed: int) -> Path:
+    """A checkpoint of ``spec`` whose greedy continuations vary: at loopnas's init the tied
+    head mostly repeats the last token, and equal runs of one token would hide a wrong
+    cache. Every matrix N(0, 1/fan_in), loop parameters N(0, 0.3)."""
+    torch.manual_seed(seed)
+    model = build_model(load_arch(spec), backend="torch")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name == "rho" or name.startswith("loops."):
+                p.normal_(0.0, 0.3)
+            elif p.dim() >= 2:
+                p.normal_(0.0, p.shape[-1] ** -0.5)
+    torch.save({"model": model.state_dict()}, path)
+    return path
+
+
+def exported_loopnas(e):
+    """loopnas's own model holding an export's weights."""
+    from safetensors.torch import load_file
+
+    model = build_model(e.arch, backend="torch")
+    model.load_state_dict({k.removeprefix("model."): v for k, v in load_file(e.out / "model.safetensors").items()})
+    return model.eval()
+
+
+def _calls(hybrid: Path, elr: Path, rnd: Path) -> list[dict]:
+    greedy = {"max_new_tokens": NEW, "do_sample": False}
+    sampled = {"max_new_tokens": NEW, "do_sample": True, "top_k": 20, "use_cache": True}
+    half = {"max_new_tokens": NEW // 2, "do_sample": False}
+    calls = [
+        ("hybrid/cached", hybrid, None, None, {**greedy, "use_cache": True}, None),
+        ("hybrid/default", hybrid, None, None, greedy, None),
+        ("hybrid/uncached", hybrid, None, None, {**greedy, "use_cache": False}, None),
+        ("hybrid/sampled", hybrid, None, 3, sampled, None),
+        ("hybrid/sampled_again", hybrid, None, 3, sampled, None),
+        ("hybrid/fla", hybrid, "fla", None, {**greedy, "use_cache": True}, None),
+        ("hybrid/continued", hybrid, None, None, half, half),
+        ("elr/cached", elr, None, None, greedy, None),
+        ("elr/per_loop", elr, None, None, {**greedy, "kv_policy": "per_loop"}, None),
+        ("elr/uncached", elr, None, None, {**greedy, "use_cache": False}, None),
+        ("elr/k3", elr, None, None, {**greedy, "loops": 3}, None),
+        ("random/cached", rnd, None, None, {**greedy, "pattern": PATTERN}, None),
+        ("random/uncached", rnd, None, None, {**greedy, "pattern": PATTERN, "use_cache": False}, None),
+        ("random/seeded", rnd, None, 5, greedy, None),
+    ]
+    return [{"label": l, "path": str(p), "backend": b, "seed": s, "kwargs": kw, "then": then}
+            for l, p, b, s, kw, then in calls]
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory, one_thread):
+    """A looped GDN + attention hybrid, the elastic ELR hybrid exported at k = 2 (KV policy
+    last_loop) and a looped random-placement hybrid, exported with varied weights, then
+    generated from in one process that cannot import loopnas."""
+    work = tmp_path_factory.mktemp("gen")
+    (work / "tiny_random_loop.yaml").write_text(RANDOM_SPEC)
+    specs = {"hybrid": (ROOT / "spaces" / "archs" / "tiny_lt2_interleave.yaml", None),
+             "elr": (ROOT / "spaces" / "archs" / "tiny_elr.yaml", 2),
+             "random": (work / "tiny_random_loop.yaml", None)}
+    exports = {name: export_spec(spec, work / name, loops=loops,
+                                 checkpoint=varied_checkpoint(spec, work / f"{name}.pt", seed=i))
+               for i, (name, (spec, loops)) in enumerate(specs.items())}
+    ids = torch.randint(0, 256, (2, PROMPT), generator=torch.Generator().manual_seed(0))
+    torch.save(ids, work / "ids.pt")
+    job = {"ids": str(work / "ids.pt"), "calls": _calls(*(e.out for e in exports.values()))}
+    (work / "job.json").write_text(json.dumps(job))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HF_"))}
+    env.update(HF_HOME=str(work / "hf_home"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(GENERATE), str(work / "job.json"), str(work / "out.pt")],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    models = {name: exported_loopnas(e) for name, e in exports.items()}
+    return models, ids, torch.load(work / "out.pt", weights_only=False)
+
+
+def test_generate_prefills_once_then_decodes_one_token_per_step(generated):
+    _, _, out = generated
+    assert out["loopnas_modules"] == []
+    for label in ("hybrid/cached", "hybrid/default", "elr/cached", "random/cached"):
+        r = out[label]
+        assert r["lengths"] == [PROMPT] + [1] * (NEW - 1), label
+        assert r["cache"] == "LoopnasCache" and r["cache_length"] == PROMPT + NEW - 1, label
+    assert out["hybrid/uncached"]["lengths"] == list(range(PROMPT, PROMPT + NEW))
+    assert out["hybrid/uncached"]["cache"] is None
+
+
+def test_cached_greedy_equals_uncached_and_loopnas(generated):
+    models, ids, out = generated
+    hybrid = models["hybrid"].generate(ids, NEW)
+    new = hybrid[:, PROMPT:]
+    assert all(len(set(row.tolist())) >= 3 for row in new)  # a continuation that can go wrong
+    for label in ("hybrid/cached", "hybrid/default", "hybrid/uncached"):
+        assert torch.equal(out[label]["tokens"], hybrid), label
+    rnd = models["random"].generate(ids, NEW, pattern=PATTERN)
+    assert torch.equal(out["random/cached"]["tokens"], rnd)
+    assert torch.equal(out["random/uncached"]["tokens"], rnd)
+
+
+def test_elastic_export_generates_at_its_depth(generated):
+    """Exported at k = 2 with kv_policy last_loop: the cached default is loopnas's decoding
+    under that policy; per_loop is exact, so it equals the uncached forward; ``loops=3``
+    decodes at another depth."""
+    models, ids, out = generated
+    elr = models["elr"]
+    assert torch.equal(out["elr/cached"]["tokens"], elr.generate(ids, NEW, loops=2))
+    assert torch.equal(out["elr/per_loop"]["tokens"], out["elr/uncached"]["tokens"])
+    assert torch.equal(out["elr/k3"]["tokens"], elr.generate(ids, NEW, loops=3))
+    logits_k2, _ = elr.prefill(ids, loops=2)
+    logits_k3, _ = elr.prefill(ids, loops=3)
+    assert not torch.allclose(logits_k2, logits_k3)  # the depth reaches the logits
+
+
+def test_sampling_with_a_seed_is_reproducible_and_matches_loopnas(generated):
+    models, ids, out = generated
+    sampled = out["hybrid/sampled"]["tokens"]
+    assert torch.equal(sampled, out["hybrid/sampled_again"]["tokens"])
+    assert not torch.equal(sampled, out["hybrid/cached"]["tokens"])
+    torch.manual_seed(3)
+    assert torch.equal(sampled, models["hybrid"].generate(ids, NEW, temperature=1.0, top_k=20))
+
+
+def test_random_placement_samples_its_pattern_once_like_loopnas(generated):
+    models, ids, out = generated
+    torch.manual_seed(5)
+    assert torch.equal(out["random/seeded"]["tokens"], models["random"].generate(ids, NEW))
+
+
+def test_fla_backend_decodes_through_the_torch_layers(generated):
+    """A model built with fla's layers (what ``backend: auto`` gives on CUDA) decodes
+    through a torch twin sharing its parameters: no fla kernel runs, so this holds on a CPU."""
+    _, _, out = generated
+    assert out["hybrid/fla"]["mixer"].startswith("Fla") and out["hybrid/cached"]["mixer"] == "GatedDeltaNetTorch"
+    assert torch.equal(out["hybrid/fla"]["tokens"], out["hybrid/cached"]["tokens"])
+
+
+def test_generate_continues_from_a_returned_cache(generated):
+    _, _, out = generated
+    r = out["hybrid/continued"]
+    assert torch.equal(r["continued"], out["hybrid/cached"]["tokens"])
+    assert r["continued_lengths"] == [1] * (NEW // 2)  # only the token the cache has not seen

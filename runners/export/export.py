@@ -67,7 +67,7 @@ def config_dict(arch: ArchSpec, loops: int | None, dtype: str = "float32") -> di
             "arch": arch.model_dump(mode="json"), "loops": loops, "backend": "auto",
             "vocab_size": arch.model.vocab_size, "hidden_size": arch.model.width,
             "num_hidden_layers": len(arch.layers), "tie_word_embeddings": arch.model.tie_embeddings,
-            "use_cache": False, "dtype": dtype}
+            "use_cache": True, "dtype": dtype}
 
 
 def _prepare(out: Path) -> None:

@@ -40,6 +40,27 @@ def _loops(arch: ArchSpec, loops: int | None) -> str:
     return "\n".join(lines)
 
 
+def _generation(arch: ArchSpec) -> str:
+    lines = ["With `use_cache=True` (the default) `generate()` runs the prompt once and then one step "
+             "per new token, keeping the attention KV and recurrent state of every mixer application "
+             "in a `LoopnasCache`. Keyword arguments, fixed for the session:", "",
+             "- `loops=k`: the loop count (default `config.loops`);"]
+    if arch.kv_policy == "last_loop":
+        lines.append("- `kv_policy`: this spec's is `last_loop` (one KV cache per attention layer, written by "
+                     "the loop's last iteration and read by all), which differs slightly from the uncached "
+                     "forward; `per_loop` (a KV cache per iteration) matches it exactly;")
+    else:
+        lines.append("- `kv_policy`: `per_loop` (this spec's: greedy tokens equal the uncached ones) or "
+                     "`last_loop` (one KV cache per attention layer, shared by a loop's iterations);")
+    if arch.random_placement is not None:
+        lines.append("- `pattern=[...]`: the option of every switch layer, sampled once per call when absent "
+                     "(the uncached forward instead votes over several sampled patterns);")
+    lines += ["", "Beam search and assisted decoding are not supported (recurrent states cannot be "
+              "reordered or rolled back). Decoding runs on the pure-torch layers, on the same "
+              "parameters, even where `backend` picks fla's kernels for the forward pass."]
+    return "\n".join(lines)
+
+
 def readme(arch: ArchSpec, sheet: CostSheet, *, loops: int | None, how: str, with_weights: bool,
            extra: str = "") -> str:
     weights = ("`model.safetensors` holds proxy-trained weights (a small proxy task: useful to check "
@@ -85,9 +106,17 @@ loopnas itself is not needed: its modules are copied here (`loopnas_vendored.py`
 
 For trainers: the physical layers are `model.model.layers` (a looped model applies some of
 them several times per forward pass); a model built on the meta device and then initialised
-gets loopnas's init, loop gates included. `generate()` works without an inference cache (each
-step reruns the whole sequence): loopnas has no KV/state cache yet. Padding masks are not
-supported.
+gets loopnas's init, loop gates included. Padding masks are not supported.
+
+## Generation
+
+```python
+out = model.generate(input_ids, max_new_tokens=32, do_sample=False)             # cached
+out = model.generate(input_ids, max_new_tokens=32, do_sample=True, top_k=50)
+out = model.generate(input_ids, max_new_tokens=32, use_cache=False)             # reruns the prefix
+```
+
+{_generation(arch)}
 """
 
 

@@ -8,7 +8,9 @@ So each vendored module becomes one flat file (``builders/layers/attention.py`` 
 imports of those files. The code is copied at export time, so an export follows the
 builders it was made with.
 
-Which modules: everything reachable from ``builders.model`` through module-level imports.
+Which modules: everything reachable through module-level imports from what
+``modeling_loopnas.py`` imports: ``builders.model`` (the model) and ``builders.inference``
+(the decoding cache that ``generate`` holds; it pulls in ``builders.cache``).
 An import inside a function of a module outside that set (``nas.load`` in
 ``build_model``, ``nas.budget`` in ``lower``) becomes ``raise ImportError``: the exported
 model never takes those paths. Rewritten lines keep their line numbers, so a traceback
@@ -23,6 +25,7 @@ from pathlib import Path
 
 ROOTS = ("nas", "builders")
 ENTRY = "builders.model"
+ENTRIES = (ENTRY, "builders.inference")  # what modeling_loopnas.py imports
 MANIFEST = "loopnas_vendored.py"
 
 
@@ -108,10 +111,10 @@ def _resolve(node: ast.ImportFrom, package: list[str], lazy: bool, root: Path, p
     return _Import(node, lazy, tuple(modules), target if symbols else None, tuple(symbols))
 
 
-def closure(root: Path, entry: str = ENTRY) -> dict[str, Path]:
-    """The modules reachable from ``entry`` by module-level imports, in discovery order."""
+def closure(root: Path, entries: tuple[str, ...] = ENTRIES) -> dict[str, Path]:
+    """The modules reachable from ``entries`` by module-level imports, in discovery order."""
     found: dict[str, Path] = {}
-    todo = [entry]
+    todo = list(entries)
     while todo:
         module = todo.pop(0)
         if module in found:
@@ -192,4 +195,4 @@ def vendor(out: Path, root: Path | None = None) -> list[str]:
     return [*names, MANIFEST]
 
 
-__all__ = ["VendorError", "vendor", "closure", "rewrite_source", "flat_name", "MANIFEST", "ENTRY"]
+__all__ = ["VendorError", "vendor", "closure", "rewrite_source", "flat_name", "MANIFEST", "ENTRY", "ENTRIES"]

@@ -10,8 +10,10 @@ class LoopnasConfig(PretrainedConfig):
     layer and loop region explicit. ``loops``: the loop count every region runs by default
     (None: each region's own ``T``; an elastic model's chosen depth otherwise).
     ``backend``: ``auto`` (fla's Triton kernels where CUDA and fla are available, else pure
-    torch), ``torch`` or ``fla``. ``vocab_size``, ``hidden_size`` and
-    ``num_hidden_layers`` mirror the spec for tools that read them."""
+    torch), ``torch`` or ``fla`` (incremental decoding always runs the torch layers, on the
+    same parameters). ``use_cache``: whether ``generate`` decodes incrementally by default.
+    ``vocab_size``, ``hidden_size`` and ``num_hidden_layers`` mirror the spec for tools
+    that read them."""
 
     model_type = "loopnas"
     base_model_fsdp_plan = {"embed": "free_full_weight", "layers.*": "free_full_weight",
@@ -27,5 +29,5 @@ class LoopnasConfig(PretrainedConfig):
         self.hidden_size = model.get("width")
         self.num_hidden_layers = len(self.arch.get("layers") or ())
         kwargs.setdefault("tie_word_embeddings", model.get("tie_embeddings", True))
-        kwargs.setdefault("use_cache", False)  # no inference cache yet: generate() reruns the prefix
+        kwargs.setdefault("use_cache", True)  # generate() prefills once, then decodes token by token
         super().__init__(**kwargs)
