@@ -192,13 +192,18 @@ class OneShotSearchSpec(_Data):
     """How sub-networks of a trained supernet are chosen for evaluation: ``beam`` grows
     placements one non-majority layer at a time, keeping the ``width`` best for ``depth``
     steps (default: the ratio's number of non-majority layers); ``exhaustive`` evaluates
-    every placement the sampling allows. Each placement is evaluated at every loop count;
-    ``score_loops`` is the count that ranks them (default: the largest)."""
+    every placement at the ratio's counts. Each placement is evaluated at every loop count;
+    ``score_loops`` is the count that ranks them (default: the largest). ``task`` and
+    ``task_params``: the evaluation task that scores them (default: the proxy's task;
+    ``task_params`` alone overrides the proxy task's, e.g. a longer ``seq_len``), on the
+    proxy task's vocabulary."""
 
     strategy: Literal["beam", "exhaustive"] = "beam"
     width: PositiveInt = 3
     depth: PositiveInt | None = None
     score_loops: PositiveInt | None = None
+    task: str | None = None
+    task_params: dict[str, Any] = Field(default_factory=dict)
 
 
 class OneShotSpec(_Data):

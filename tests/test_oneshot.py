@@ -325,3 +325,17 @@ def test_bad_supernet_trainer_settings_are_one_error_before_anything_runs(tmp_pa
     with pytest.raises(SweepError, match="drop --backend"):
         run_sweep(space_file(tmp_path, "sampling: ratio\n"), out=tmp_path / "exp", backend="ray", progress=False)
     assert not (tmp_path / "exp").exists()
+
+
+def test_the_evaluation_task_may_differ_from_the_training_task(tmp_path):
+    from runners.oneshot.supernet import eval_task
+    from runners.sweep.driver import SweepError
+    from runners.sweep.run import run_sweep
+
+    space = load_space(space_file(tmp_path, "search: {task_params: {seq_len: 24, num_kv_pairs: 3}}\n"))
+    task = eval_task(space, supernet_config(space))
+    assert (task.name, task.seq_len, task.num_kv_pairs, task.vocab_size) == ("mqar", 24, 3, 32)
+    bad = space_file(tmp_path, "search: {task: mqar, task_params: {vocab_size: 64}}\n")
+    with pytest.raises(SweepError, match="oneshot.search.task: vocabulary 64, but the supernet trains on 32"):
+        run_sweep(bad, out=tmp_path / "exp", progress=False)
+    assert not (tmp_path / "exp").exists()

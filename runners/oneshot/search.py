@@ -30,10 +30,9 @@ from nas.spec import ArchSpec
 from runners.sweep.driver import Sweep
 from runners.sweep.front import front
 from runners.sweep.records import TRIALS, write_json
-from runners.tasks import make_task
 from runners.train import CHECKPOINT, eval_batches
 
-from .supernet import load_supernet, supernet_config, train_supernet
+from .supernet import eval_task, load_supernet, supernet_config, train_supernet
 from .weights import inherit
 
 SUMMARY = "oneshot.json"
@@ -190,7 +189,7 @@ def _run(sweep: Sweep, out: Path, progress: bool, on_change: Callable[[], None])
         raise RuntimeError(f"the supernet's training failed: {result.reason}")
     model, net = load_supernet(space, out / "supernet")
     config = supernet_config(space)
-    task = make_task(config.task, **config.task_params)
+    task = eval_task(space, config)
     run = OneShotSearch(sweep, model, net, task, eval_batches(task, config, torch.device(config.device)),
                         on_change)
     run.steps = result.steps

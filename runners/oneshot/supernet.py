@@ -47,6 +47,21 @@ def supernet_config(space: Space) -> TrainConfig:
                            f"{e['msg']}") from None
 
 
+def eval_task(space: Space, config: TrainConfig):
+    """The task that scores sub-networks (``oneshot.search.task``; default the proxy's)."""
+    search = space.spec.oneshot.search
+    params = search.task_params if search.task else {**config.task_params, **search.task_params}
+    try:
+        trained = make_task(config.task, **config.task_params)
+        task = make_task(search.task or config.task, **params)
+    except (TypeError, ValueError) as exc:
+        raise OneShotError(f"{space.source}: oneshot.search.task: {exc}") from None
+    if task.vocab_size != trained.vocab_size:
+        raise OneShotError(f"{space.source}: oneshot.search.task: vocabulary {task.vocab_size}, but the "
+                           f"supernet trains on {trained.vocab_size}; set its vocab_size to match")
+    return task
+
+
 def train_supernet(space: Space, out: Path, progress: bool = True) -> TrainResult:
     """Train (or finish training) the supernet in ``out``; a finished one is read back."""
     if (out / RESULT).is_file() and (out / CHECKPOINT).is_file():
@@ -68,5 +83,5 @@ def load_supernet(space: Space, out: Path) -> tuple[LoopLM, ArchSpec]:
     return model.eval(), arch
 
 
-__all__ = ["OneShotError", "supernet_config", "train_supernet", "load_supernet",
+__all__ = ["OneShotError", "supernet_config", "eval_task", "train_supernet", "load_supernet",
            "RESULT"]

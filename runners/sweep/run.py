@@ -66,7 +66,7 @@ def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: 
     """A one-shot space: one supernet trained here, sub-networks evaluated here (see
     :mod:`runners.oneshot.search`), recorded by the same driver."""
     from runners.oneshot.search import planned, run_oneshot
-    from runners.oneshot.supernet import OneShotError, supernet_config
+    from runners.oneshot.supernet import OneShotError, eval_task, supernet_config
 
     from .driver import SweepError
 
@@ -74,7 +74,7 @@ def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: 
         raise SweepError(f"{space.source}: a one-shot sweep trains one supernet and evaluates in this "
                          "process; drop --backend")
     try:
-        supernet_config(space)
+        eval_task(space, supernet_config(space))
     except OneShotError as exc:
         raise SweepError(str(exc)) from None
     sweep = Sweep(space, out, "oneshot", trials=trials or planned(space), resume=resume)
