@@ -433,10 +433,12 @@ def dsa_indexer_loss(q: Tensor, k: Tensor, q_idx: Tensor, k_idx: Tensor, w_idx: 
     return total / (b * t_q)
 
 
-def _nsa_block_select(probs: Tensor, pos: Tensor, visible: Tensor, n_sel: Tensor | int, block_size: int) -> Tensor:
-    """Top blocks (B, n, H, S) of one query block, -1 padded: probs (B, n, H, C) over the
-    visible compressed blocks, the first, previous and current blocks forced in."""
-    n_cols = int(pos[-1]) // block_size + 1  # blocks up to the last query's own
+def _nsa_block_select(probs: Tensor, pos: Tensor, visible: Tensor, n_sel: Tensor | int, block_size: int,
+                      end: int) -> Tensor:
+    """Top blocks (B, n, H, S) of one query block at positions pos (n,) < end, -1 padded:
+    probs (B, n, H, C) over the visible compressed blocks, the first, previous and current
+    blocks forced in."""
+    n_cols = (end - 1) // block_size + 1  # blocks up to the last query's own
     probs = F.pad(probs, (0, n_cols - probs.shape[-1]))
     visible = F.pad(visible, (0, n_cols - visible.shape[-1]), value=False)  # (n, C')
     i_blk, i_c = pos[:, None] // block_size, torch.arange(n_cols, device=pos.device)[None, :]
@@ -449,11 +451,11 @@ def _nsa_block_select(probs: Tensor, pos: Tensor, visible: Tensor, n_sel: Tensor
 
 
 def _nsa_compressed(q: Tensor, k_cmp: Tensor, v_cmp: Tensor, pos: Tensor, block_size: int,
-                    scale: float) -> tuple[Tensor, Tensor, Tensor]:
-    """Compressed branch of one query block at positions pos (n,): output (B, n, HQ, Dv),
+                    scale: float, end: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Compressed branch of one query block at positions pos (n,) < end: output (B, n, HQ, Dv),
     block probabilities averaged over each query group (B, n, H, C) and visibility (n, C)."""
     b, n, hq, d = q.shape
-    h, c = k_cmp.shape[2], (int(pos[-1]) + 1) // block_size  # complete blocks the last query sees
+    h, c = k_cmp.shape[2], end // block_size  # complete blocks the last query sees
     visible = (torch.arange(c, device=q.device)[None, :] + 1) * block_size - 1 <= pos[:, None]  # (n, C)
     logits = torch.einsum("bnhgd,bchd->bnhgc", q.view(b, n, h, hq // h, d), k_cmp[:, :c]) * scale
     mask = visible[:, None, None]  # (n, 1, 1, C)
@@ -500,22 +502,22 @@ def nsa_attention(q: Tensor, k: Tensor, v: Tensor, g_cmp: Tensor | None = None,
         k_cmp, v_cmp = mean_pool(k[:, :done], block_size), mean_pool(v[:, :done], block_size)
     out = []
     for s, e in _blocks(t_q, chunk):
-        pos = torch.arange(t_k - t_q + s, t_k - t_q + e, device=q.device)
+        hi = t_k - t_q + e  # one past the block's last query
+        pos = torch.arange(hi - (e - s), hi, device=q.device)
         o_cmp, selected = None, None if block_indices is None else block_indices[:, s:e]
         if g_cmp is not None:
-            o_cmp, probs, visible = _nsa_compressed(q[:, s:e], k_cmp, v_cmp, pos, block_size, scale)
+            o_cmp, probs, visible = _nsa_compressed(q[:, s:e], k_cmp, v_cmp, pos, block_size, scale, hi)
             if selected is None:
                 n_sel = block_counts[:, s:e] if torch.is_tensor(block_counts) else block_counts
-                selected = _nsa_block_select(probs, pos, visible, n_sel, block_size)
+                selected = _nsa_block_select(probs, pos, visible, n_sel, block_size, hi)
         o = _nsa_selected(q[:, s:e], k, v, selected, pos, block_size, scale)
         if g_slc is not None:
             o = o * g_slc[:, s:e, :, None]
         if o_cmp is not None:
             o = o + o_cmp * g_cmp[:, s:e, :, None]
         if window:
-            lo = max(0, int(pos[0]) - window + 1)
-            o_swa = attention(q[:, s:e], k[:, lo:int(pos[-1]) + 1], v[:, lo:int(pos[-1]) + 1],
-                              window=window, scale=scale)
+            lo = max(0, hi - (e - s) - window + 1)
+            o_swa = attention(q[:, s:e], k[:, lo:hi], v[:, lo:hi], window=window, scale=scale)
             o = o + (o_swa if g_swa is None else o_swa * g_swa[:, s:e, :, None])
         out.append(o)
     return torch.cat(out, 1)
