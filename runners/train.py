@@ -31,7 +31,7 @@ from builders.model import build_model
 from nas.load import resolve
 from nas.spec import ArchSpec
 from nas.elastic import before_switch, switch_step
-from runners.elastic import loop_groups, projection_compute, train_dist
+from runners.elastic import loop_groups, projection_compute, step_dist, train_dist
 from runners.tasks import CURRICULUM_STAGES, Curriculum, Task, make_task
 
 Callback = Callable[[int, dict[str, float]], "bool | None"]
@@ -358,7 +358,7 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
         lr = lr_at(step - stage_start, stage_budget, config)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        dist = train_dist(proxy, step, steps)
+        dist = step_dist(train_dist(proxy, step, steps), loop_gen)  # per: step draws once here
         for p in conditioning:  # ELR: conditioning enters at the switch, at exactly zero
             p.requires_grad_(not before_switch(proxy, step, steps))
         loss = torch.zeros((), device=device)

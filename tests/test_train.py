@@ -174,6 +174,41 @@ def test_loop_groups_partition_the_batch():
     assert loop_groups(None, 8, torch.Generator()) == [(None, None)]
 
 
+@pytest.mark.parametrize("per", ["step", "micro_batch"])
+def test_loop_count_drawn_per_step_or_micro_batch(per):
+    """``per: step``: every micro-batch of an optimizer step runs the one count drawn for
+    the step; ``per: micro_batch``: a count per micro-batch, so a step mixes counts."""
+    import yaml
+    spec = yaml.safe_load((ROOT / "spaces" / "archs" / "tiny_elr.yaml").read_text())
+    spec["elastic"] = {**spec["elastic"], "switch_at": 0.0,
+                       "train": {"kind": "uniform", "low": 1, "high": 3, "per": per}}
+    seen: list[list[int]] = []
+    import runners.train as trainer
+    groups = trainer.loop_groups
+
+    def spy(dist, batch_size, generator):
+        out = groups(dist, batch_size, generator)
+        seen.append([k for k, _ in out])
+        return out
+
+    trainer.loop_groups = spy
+    try:
+        result = train(loads_arch(yaml.safe_dump(spec)),
+                       config(task_params={"vocab_size": 16, "seq_len": 16, "num_kv_pairs": 2},
+                              steps=6, batch_size=4, grad_accum=3, eval_every=6))
+    finally:
+        trainer.loop_groups = groups
+    assert result.status == "ok" and len(seen) == 6 * 3
+    assert all(len(ks) == 1 for ks in seen)  # one count for the whole micro-batch either way
+    steps = [{ks[0] for ks in seen[i:i + 3]} for i in range(0, len(seen), 3)]
+    if per == "step":
+        assert all(len(s) == 1 for s in steps)
+        assert len(set().union(*steps)) > 1, "different steps draw different counts"
+    else:
+        assert any(len(s) > 1 for s in steps), "micro-batches of one step draw their own counts"
+    assert sum(result.depth_rows.values()) == 6 * 3 * 4
+
+
 # ---------------------------------------------------------------- curriculum, LM, config
 
 
