@@ -41,9 +41,9 @@ class LoopExtras(nn.Module):
 
     def carries_grad(self, t: int, T: int) -> bool:
         """Whether iteration ``t`` of ``T`` is among the last ``truncate`` (all of them
-        without truncation). The executor may run the others under ``torch.no_grad()`` to
-        save their activations; :meth:`enter` detaches at the cut either way, so results
-        and gradients are the same."""
+        without truncation). The executor runs the others without a graph (saving their
+        activations) where only their state reaches the loss; :meth:`enter` detaches at the
+        cut either way, so results and gradients are the same."""
         return self.truncate is None or t >= T - self.truncate
 
     def _cut(self, t: int, T: int) -> bool:

@@ -19,7 +19,10 @@ from torch import nn
 from nas.plan import (
     Loop, Node, Step, check_loops, iteration_overrides, max_loops, plan, total_applications,
 )
-from nas.spec import ArchSpec, MoESpec, NoFFNSpec, NormSpec, ParallelSpec, SwitchSpec
+from nas.rules import rules_of
+from nas.spec import (
+    ArchSpec, DSASpec, LoopRegion, MoESpec, NoFFNSpec, NormSpec, ParallelSpec, SwitchSpec, sub_mixers,
+)
 
 from . import ops_registry  # noqa: F401  (registers every op builder)
 from .layers import fla_runtime
@@ -103,9 +106,10 @@ class LoopLM(nn.Module):
         if not arch.model.tie_embeddings:
             self.lm_head = nn.Linear(d, arch.model.vocab_size, bias=False)
         m = max_loops(arch)
-        if any(r.update.kind == "residual_gate" and r.update.shared for r in arch.loops):
+        if "rho" in _shared_extras(arch, d, m):
             self.rho = nn.Parameter(torch.zeros(m, d))
         self.loops = nn.ModuleList(LoopExtras(r, d, m) for r in arch.loops)
+        self._graphless_cut = tuple(r.truncate is not None and _state_only(arch, r) for r in arch.loops)
         self._plans: dict[int | None, tuple[Node, ...]] = {}
         self.reset_parameters()
 
@@ -192,13 +196,18 @@ class LoopLM(nn.Module):
         return h
 
     def _loop(self, node: Loop, h: torch.Tensor, run: _Run) -> torch.Tensor:
+        """Run a region's iterations. Those before a truncation cut build no graph when
+        only their state reaches the loss (:func:`_state_only`): the state is detached at
+        the cut anyway, so gradients are the same and their activations are not kept."""
         extras, e = self.loops[node.index], h
         rho = getattr(self, "rho", None)
+        grad, graphless = torch.is_grad_enabled(), self._graphless_cut[node.index]
         run.counts[node.index] = node.T
         for t in range(node.T):
             run.iters[node.index] = t
-            out = self._run(node.body, extras.enter(h, e, t, node.T), run)
-            h = extras.update(h, out, t, rho)
+            with torch.set_grad_enabled(grad and (not graphless or extras.carries_grad(t, node.T))):
+                out = self._run(node.body, extras.enter(h, e, t, node.T), run)
+                h = extras.update(h, out, t, rho)
         del run.iters[node.index]
         return h
 
@@ -303,6 +312,24 @@ class LoopLM(nn.Module):
             probs = probs + torch.softmax(self.head(h).float(), dim=-1) / samples
             aux += a
         return torch.log(probs.clamp_min(1e-30)), aux
+
+
+def _shared_extras(arch: ArchSpec, d: int, m: int) -> set[str]:
+    """Names of the loop-extra tensors the model holds once for every region that asks
+    for them (:class:`nas.rules.Extra` ``shared``: the shared ρ)."""
+    return {e.name for r in arch.loops for rule in rules_of(r) for e in rule.extras(r, d, m) if e.shared}
+
+
+def _state_only(arch: ArchSpec, r: LoopRegion) -> bool:
+    """Whether an iteration of region ``r`` reaches the loss only through the state it
+    passes on: no MoE FFN (its auxiliary loss, a routing later iterations replay) and no
+    DSA mixer (its indexer loss) among the sublayers it covers."""
+    for flat in range(r.start.flat, r.end.flat + 1):
+        op = getattr(arch.layers[flat // 2], "ffn" if flat % 2 else "mixer")
+        sub = sub_mixers(op)
+        if any(isinstance(leaf, (MoESpec, DSASpec)) for leaf in (sub[1] if sub else (op,))):
+            return False
+    return True
 
 
 def _next_token(logits: torch.Tensor, temperature: float, top_k: int | None,

@@ -111,6 +111,59 @@ def test_no_grad_before_the_cut_gives_the_same_gradients():
         torch.testing.assert_close(got[name], want[name], rtol=1e-9, atol=1e-12, msg=name)
 
 
+def _saved_bytes(model, ids) -> int:
+    """Bytes autograd keeps for the backward of one forward pass."""
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(ids)
+    return total
+
+
+def _mixer_grad_flags(model, ids, **kw) -> list[bool]:
+    """Whether layer 0's mixer output carries a graph, per application."""
+    flags = []
+    handle = model.layers[0].mixer.register_forward_hook(lambda m, a, out: flags.append(out.requires_grad))
+    model(ids, **kw)
+    handle.remove()
+    return flags
+
+
+def test_iterations_before_the_cut_build_no_graph():
+    """The executor runs the iterations before the cut without a graph: their outputs do
+    not require grad, and the forward keeps the activations of a T = 2 loop, not T = 4."""
+    loop = "{boundary: block, T: 4, truncate: 2, update: {kind: residual_gate}, conditioning: index}"
+    cut, ids = _model(loop), _ids()
+    assert _mixer_grad_flags(cut, ids) == [False, False, True, True]
+    assert _mixer_grad_flags(cut, ids, loops=3) == [False, True, True]
+    short, full = _model(loop.replace("T: 4, truncate: 2", "T: 2")), _model(loop.replace(", truncate: 2", ""))
+    assert _mixer_grad_flags(full, ids) == [True] * 4
+    assert _saved_bytes(cut, ids) == pytest.approx(_saved_bytes(short, ids), rel=1e-3)
+    assert _saved_bytes(full, ids) > 1.9 * _saved_bytes(cut, ids)
+    with torch.no_grad():
+        assert _mixer_grad_flags(full, ids) == [False] * 4
+
+
+def test_moe_iterations_before_the_cut_keep_their_graph():
+    """An MoE FFN's load-balance loss in an iteration before the cut trains its router (as
+    with the detached state alone), so such a region keeps the graph of every iteration;
+    dropping it would change the router's gradient."""
+    model = _model("{boundary: block, T: 3, truncate: 1, ffn: {kind: moe, num_experts: 4, top_k: 2, expert_hidden: 16}}")
+    ids = _ids()
+    assert _mixer_grad_flags(model, ids) == [True] * 3
+    want = _grads(model, model(ids, labels=ids).loss)
+    model._graphless_cut = (True,)
+    assert _mixer_grad_flags(model, ids) == [False, False, True]
+    got = _grads(model, model(ids, labels=ids).loss)
+    router = "layers.0.ffn.gate.weight"
+    assert not torch.allclose(got[router], want[router])
+
+
 def test_truncation_keeps_the_reinjected_input_gradient():
     """Huginn: the prelude trains through the input re-injected into the last iterations."""
     loop = ("{boundary: elr, prelude: 1, recurrent: 1, coda: 0, T: 4, truncate: 1, "
