@@ -129,7 +129,10 @@ class ObjectiveSpec(_Data):
 
     @property
     def name(self) -> str:
-        return self.metric if self.seq_len is None else f"{self.metric}@{self.seq_len}"
+        """``metric``, ``metric@seq_len``, and ``metric@seq_len/bBATCH`` for a serving
+        measurement at a given batch: two objectives never share a name."""
+        name = self.metric if self.seq_len is None else f"{self.metric}@{self.seq_len}"
+        return name if self.batch_size is None else f"{name}/b{self.batch_size}"
 
     @property
     def measured(self) -> bool:
@@ -435,6 +438,16 @@ def _problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[Problem]
         if o.batch_size is not None and not o.serving:
             out.append(Problem(f"objectives[{i}].batch_size", f"batch_size applies to serving metrics "
                                f"({', '.join(SERVING_METRICS)}), not {o.metric!r}; remove it"))
+    names = [o.name for o in spec.objectives]
+    for i, o in enumerate(spec.objectives):
+        if names.index(o.name) != i:
+            out.append(Problem(f"objectives[{i}]", f"{o.name!r} is already objectives[{names.index(o.name)}]; "
+                               "remove the repeat or give it another seq_len / batch_size"))
+    serving = [o.name for o in spec.objectives if o.serving]
+    if serving and spec.search.early_stopping is not None:
+        out.append(Problem("search.early_stopping", f"cannot be combined with serving objectives "
+                           f"({', '.join(serving)}): they are measured after training, so a rung cannot "
+                           "compare them; remove early_stopping or the serving objectives"))
     if spec.search.early_stopping is not None:
         for r in spec.search.early_stopping.rungs:
             if r % spec.proxy.eval_every:

@@ -117,6 +117,14 @@ def test_constraints_parse_and_price(tmp_path):
     (BASE + "search: {early_stopping: {rungs: [3]}}\n", "search.early_stopping.rungs: rung 3 is not a multiple"),
     (BASE + "search: {early_stopping: {rungs: [4]}}\n", "search.early_stopping.rungs: rung 4 is not before the last step"),
     (BASE.replace("maximize}", "maximize}\n  - {metric: eval_loss, direction: minimize}"), "objectives: at most one proxy quality"),
+    (BASE.replace("maximize}", "maximize}\n  - {metric: decode_latency_ms, direction: minimize}")
+     + "search: {early_stopping: {rungs: [2]}}\n",
+     "search.early_stopping: cannot be combined with serving objectives (decode_latency_ms)"),
+    (BASE.replace("maximize}", "maximize}\n  - {metric: cache_bytes, direction: minimize}"
+                  "\n  - {metric: cache_bytes, direction: minimize}"),
+     "objectives[2]: 'cache_bytes' is already objectives[1]"),
+    (BASE.replace("maximize}", "maximize}\n  - {metric: unique_params, direction: minimize, batch_size: 4}"),
+     "objectives[1].batch_size: batch_size applies to serving metrics"),
     (BASE + "bogus: 1\n", "bogus"),
     (BASE.replace("base: tiny_noloop", "base: {model: {vocab_size: 8, width: -1}, num_layers: 1, "
                                        "layer: {mixer: {kind: gdn}, ffn: {kind: swiglu}}}"), "base.model.width"),
@@ -125,6 +133,14 @@ def test_bad_spaces_name_the_field(tmp_path, text, where):
     with pytest.raises(SpecError) as info:
         load_space(write(tmp_path, text))
     assert where in str(info.value), str(info.value)
+
+
+def test_serving_objective_names_carry_context_and_batch():
+    from nas.space import ObjectiveSpec
+    names = [ObjectiveSpec(metric="decode_latency_ms", direction="minimize", **kw).name
+             for kw in ({}, {"seq_len": 4096}, {"seq_len": 4096, "batch_size": 8}, {"batch_size": 8})]
+    assert names == ["decode_latency_ms", "decode_latency_ms@4096", "decode_latency_ms@4096/b8",
+                     "decode_latency_ms/b8"]
 
 
 def test_python_space_is_define_by_run(tmp_path):

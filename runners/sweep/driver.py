@@ -154,17 +154,6 @@ def check_proxy(space: Space) -> None:
         raise SweepError(f"{space.source}: proxy.task {config.task!r}: {exc}") from None
 
 
-def check_serving(space: Space) -> None:
-    """Pareto halving stops a trial beaten by one that costs no more on every cost
-    objective; serving costs are measured after training, unknown at a rung, so with them
-    it could stop a trial that their values would put on the front."""
-    serving = [o.name for o in space.spec.objectives if o.serving]
-    if serving and space.spec.search.early_stopping is not None:
-        raise SweepError(f"{space.source}: search.early_stopping cannot be combined with serving "
-                         f"objectives ({', '.join(serving)}): they are measured after training, so a "
-                         "rung cannot compare them; remove one of the two")
-
-
 class Sweep:
     """One experiment directory and its study; see the module docstring."""
 
@@ -176,7 +165,6 @@ class Sweep:
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         check_proxy(space)
-        check_serving(space)
         self.space, self.out, self.backend = space, Path(out), backend
         spec = space.spec
         self.objectives = [Objective(name=o.name, direction=o.direction, measured=o.measured,
@@ -466,4 +454,4 @@ def default_out(space: Space) -> Path:
     return Path("runs") / space.name
 
 
-__all__ = ["Sweep", "SweepError", "check_proxy", "check_serving", "make_sampler", "summary", "default_out", "JOURNAL"]
+__all__ = ["Sweep", "SweepError", "check_proxy", "make_sampler", "summary", "default_out", "JOURNAL"]
