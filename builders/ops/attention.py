@@ -312,7 +312,7 @@ def topk_latest(scores: Tensor, k: int, counts: Tensor | None = None) -> Tensor:
     if k == 0:
         return scores.new_empty(*scores.shape[:-1], 0, dtype=torch.long)
     values, top = scores.topk(k, dim=-1)  # (..., k), values descending
-    c = torch.full(scores.shape[:-1], k) if counts is None else counts.clamp(max=k)
+    c = torch.full(scores.shape[:-1], k, device=scores.device) if counts is None else counts.clamp(max=k)
     c = c.to(scores.device, torch.long)[..., None]
     threshold = values.gather(-1, (c - 1).clamp(min=0))
     sel = torch.where(torch.arange(k, device=scores.device) < c, top, -1)
@@ -444,8 +444,10 @@ def _nsa_block_select(probs: Tensor, pos: Tensor, visible: Tensor, n_sel: Tensor
     i_blk, i_c = pos[:, None] // block_size, torch.arange(n_cols, device=pos.device)[None, :]
     forced = (i_c == i_blk) | (i_c == 0) | (i_c == i_blk - 1)
     probs = torch.where(forced[:, None], 1.0, probs)
-    counts = n_sel if torch.is_tensor(n_sel) else torch.full(probs.shape[:3], n_sel, device=probs.device)
-    top = topk_latest(probs, int(counts.max()) if counts.numel() else 0, counts)  # (B, n, H, S')
+    if torch.is_tensor(n_sel):
+        top = topk_latest(probs, int(n_sel.max()) if n_sel.numel() else 0, n_sel)  # (B, n, H, S')
+    else:
+        top = topk_latest(probs, n_sel)
     ok = (visible | forced)[:, None].expand_as(probs).gather(-1, top.clamp(min=0)) & (top >= 0)
     return torch.where(ok, top, -1)
 
