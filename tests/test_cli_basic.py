@@ -67,11 +67,17 @@ def test_show_summary_counts_runs(capsys):
                     ["0", "gdn", "swiglu", "4", "1", "0"], ["1", "gdn", "swiglu", "4", "1", "1"]]
 
 
+def test_validate_describes_a_one_shot_space(capsys):
+    assert main(["validate", str(REPO / "spaces" / "oneshot_placement.yaml")]) == 0
+    assert "one-shot, 15 placements × 3 loop counts (beam search)" in capsys.readouterr().out
+
+
 def test_validate_and_show_do_not_import_heavy_libraries():
     probe = (
         "import json, sys\n"
         "from runners.cli import main\n"
-        "codes = [main(['validate', 'tiny_elr']), main(['show', 'mixerloop_15m'])]\n"
+        "codes = [main(['validate', 'tiny_elr']), main(['show', 'mixerloop_15m']),\n"
+        "         main(['validate', 'spaces/oneshot_placement.yaml'])]\n"
         f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
         "print(json.dumps({'codes': codes, 'heavy': heavy}))\n"
     )
@@ -79,7 +85,7 @@ def test_validate_and_show_do_not_import_heavy_libraries():
                           cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.splitlines()[-1])
-    assert result == {"codes": [0, 0], "heavy": []}
+    assert result == {"codes": [0, 0, 0], "heavy": []}
 
 
 @pytest.mark.parametrize("argv", [["frobnicate"], ["validate"], ["show"], ["show", "--bogus", "x"],

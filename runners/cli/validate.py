@@ -35,8 +35,15 @@ def check(path: Path) -> str:
         from nas.space import grid_size, load_space
         space = load_space(path)
         size = grid_size(space)
-        what = ("define-by-run sample(trial, base)" if space.sample_fn is not None
-                else f"{len(space.spec.params)} parameters" + (f" ({size} grid points)" if size else ""))
+        if space.spec.oneshot is not None:
+            from nas.oneshot import loop_choices
+            loops = len(loop_choices(space))
+            what = (f"one-shot, {size // loops} placements × {loops} loop "
+                    f"count{'s' if loops > 1 else ''} ({space.spec.oneshot.search.strategy} search)")
+        elif space.sample_fn is not None:
+            what = "define-by-run sample(trial, base)"
+        else:
+            what = f"{len(space.spec.params)} parameters" + (f" ({size} grid points)" if size else "")
         return (f"space {space.name}: {what}"
                 + f", {len(space.constraints)} constraints, objectives "
                 + ", ".join(f"{o.direction} {o.name}" for o in space.spec.objectives))
