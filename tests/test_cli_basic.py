@@ -107,9 +107,19 @@ def test_usage_errors_in_a_real_process():
         assert "Usage:" in proc.stderr
 
 
-def test_unknown_shipped_name_is_a_missing_file(capsys):
-    assert main(["show", "mixerloop_16m"]) == 2
-    assert capsys.readouterr().err.strip() == "error: mixerloop_16m: no such file; give the path of a .yaml spec"
+@pytest.mark.parametrize("command", ["show", "cost", "graph", "bench", "validate"])
+def test_unknown_shipped_name_suggests_the_nearest(command, capsys):
+    assert main([command, "mixerloop_16m"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: mixerloop_16m: neither a file nor a shipped "
+                                               "architecture; did you mean 'mixerloop_15m'? or give "
+                                               "the path of a .yaml spec")
+
+
+def test_unknown_name_far_from_any_lists_the_shipped_ones(capsys):
+    assert main(["show", "qqqq"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: qqqq: neither a file nor a shipped architecture; shipped names: ")
+    assert "mixerloop_15m" in err and "tiny_noloop" in err
 
 
 def test_real_process_round_trip():

@@ -22,12 +22,20 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
 
 
 def spec_path(spec: Path) -> Path:
-    """A path as given, or a shipped architecture by name."""
+    """A path as given, or a shipped architecture by name; a bare name that is neither is a
+    SpecError suggesting the nearest shipped name."""
     if spec.exists() or spec.suffix in (".yaml", ".yml"):
         return spec
-    from spaces import arch_path
+    from spaces import arch_names, arch_path
     shipped = arch_path(str(spec))
-    return shipped if shipped is not None else spec
+    if shipped is not None:
+        return shipped
+    if spec.parent == Path("."):
+        from nas.errors import Problem, SpecError, suggest
+        hint = suggest(spec.name, arch_names()) or f"shipped names: {', '.join(arch_names())}; "
+        raise SpecError([Problem("", f"neither a file nor a shipped architecture; {hint}"
+                                     "or give the path of a .yaml spec")], str(spec))
+    return spec
 
 
 def load(spec: Path):
