@@ -24,7 +24,7 @@ from nas.spec import (
     ArchSpec, DSASpec, LoopRegion, MoESpec, NoFFNSpec, NormSpec, ParallelSpec, SwitchSpec, sub_mixers,
 )
 
-from . import ops_registry  # noqa: F401  (registers every op builder)
+from .ops_registry import make_norm  # importing it registers every op builder
 from .layers import fla_runtime
 from .inference import InferenceCache, KVPolicy
 from .loops import LoopExtras
@@ -38,12 +38,6 @@ class LMOutput:
     loss: torch.Tensor | None = None      # ce_loss + aux_loss: what the trainer minimises
     ce_loss: torch.Tensor | None = None
     aux_loss: torch.Tensor | None = None  # MoE load balance, weighted by each layer's coef
-
-
-def make_norm(spec: NormSpec, width: int) -> nn.Module:
-    if spec.kind == "layernorm":
-        return nn.LayerNorm(width, eps=spec.eps)
-    return nn.RMSNorm(width, eps=spec.eps)
 
 
 class Block(nn.Module):

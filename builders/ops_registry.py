@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from nas.spec import (
-    AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, Mamba2Spec, MoESpec, NSASpec,
+    AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, Mamba2Spec, MoESpec, NormSpec, NSASpec,
     ParallelSpec, SwiGLUSpec, SwitchSpec,
 )
 
@@ -88,8 +88,17 @@ def _moe(spec: MoESpec, ctx: BuildCtx) -> nn.Module:
                           shared_expert_hidden=spec.shared_expert_hidden)
 
 
+def make_norm(spec: NormSpec, width: int) -> nn.Module:
+    """The norm modules of the model (pre-norms, final norm, iteration and branch norms)."""
+    if spec.kind == "layernorm":
+        return nn.LayerNorm(width, eps=spec.eps)
+    return nn.RMSNorm(width, eps=spec.eps)
+
+
 class Parallel(nn.Module):
-    """Branches on the same input, combined by mean, sum, or concat + linear ``proj``.
+    """Branches on the same input, each output normalised by ``norms.{i}``
+    (``branch_norm``) and scaled by ``scale[i]`` (``branch_scale``, per channel, initially
+    1), then combined by mean, sum, or concat + linear ``proj``.
 
     Decoding (:mod:`builders.cache`): branch ``i`` reads ``cache["branches.{i}"]``;
     ``commit`` is one flag for all branches or one per branch (ELR's ``last_loop`` commits
@@ -101,6 +110,10 @@ class Parallel(nn.Module):
         self.combine = spec.combine
         self.branches = nn.ModuleList(build_op(b, ctx) for b in spec.branches)
         self._takes_window = [isinstance(b, (AttnSpec, NSASpec)) for b in spec.branches]
+        if spec.branch_norm:
+            self.norms = nn.ModuleList(make_norm(spec.branch_norm, ctx.width) for _ in spec.branches)
+        if spec.branch_scale:
+            self.scale = nn.Parameter(torch.ones(len(spec.branches), ctx.width))
         if spec.combine == "concat":
             self.proj = nn.Linear(len(spec.branches) * ctx.width, ctx.width, bias=False)
 
@@ -112,6 +125,10 @@ class Parallel(nn.Module):
             commits = commit if isinstance(commit, tuple) else (commit,) * len(self.branches)
             outs = [b(x, cache=cache.setdefault(f"branches.{i}", {}), commit=c, **(overrides if takes else {}))
                     for i, (b, takes, c) in enumerate(zip(self.branches, self._takes_window, commits))]
+        if hasattr(self, "norms"):
+            outs = [norm(o) for norm, o in zip(self.norms, outs)]
+        if hasattr(self, "scale"):
+            outs = [o * s for o, s in zip(outs, self.scale)]
         if self.combine == "concat":
             return self.proj(torch.cat(outs, dim=-1))
         total = torch.stack(outs).sum(0)
@@ -136,4 +153,4 @@ class Switch(nn.Module):
 register(ParallelSpec)(Parallel)
 register(SwitchSpec)(Switch)
 
-__all__ = ["Parallel", "Switch"]
+__all__ = ["Parallel", "Switch", "make_norm"]

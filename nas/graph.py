@@ -54,9 +54,11 @@ def variant(op) -> str:
 
 
 def describe(op) -> str:
-    """Short label of a mixer or FFN spec: ``gdn``, ``swa 512``, ``attn ∥ gdn``."""
+    """Short label of a mixer or FFN spec: ``gdn``, ``swa 512``, ``attn ∥ gdn``,
+    ``attn ∥ gdn (norm, β)`` (per-branch norm and scale)."""
     if isinstance(op, ParallelSpec):
-        return " ∥ ".join(describe(b) for b in op.branches)
+        extras = [w for w, on in (("norm", op.branch_norm), ("β", op.branch_scale)) if on]
+        return " ∥ ".join(describe(b) for b in op.branches) + (f" ({', '.join(extras)})" if extras else "")
     if isinstance(op, SwitchSpec):
         return "switch " + " / ".join(describe(b) for b in op.options)
     if isinstance(op, AttnSpec):

@@ -15,7 +15,7 @@ from .placement import option_weights, placement, ratio_counts
 from .spec import (
     FFN_KINDS, MAX_APPLICATIONS, MIXER_KINDS, ArchSpec, AttnSpec, DSASpec, FFNSpec, HybridSpec, IterOverride,
     LayerSpec, LoopRegion, LoopSugar, Mamba2Spec, MixerSpec, ModelSpec, MoESpec, NormSpec,
-    NSASpec, OpAddr, Spec, SwiGLUSpec, SwitchSpec, sub_mixers,
+    NSASpec, OpAddr, ParallelSpec, Spec, SwiGLUSpec, SwitchSpec, sub_mixers,
 )
 
 _MIXER = TypeAdapter(MixerSpec)
@@ -99,6 +99,8 @@ def _defaults_problems(model: ModelSpec) -> list[Problem]:
 def _resolve_layer(layer: LayerSpec, model: ModelSpec, path: str) -> LayerSpec:
     mixer = _sized(_with_defaults(layer.mixer, model.defaults, f"{path}.mixer"), model.width, f"{path}.mixer")
     ffn = _sized(_with_defaults(layer.ffn, model.defaults, f"{path}.ffn"), model.width, f"{path}.ffn")
+    if isinstance(mixer, ParallelSpec) and mixer.branch_norm is True:  # the model's norm, written out
+        mixer = mixer.model_copy(update={"branch_norm": model.norm})
     return LayerSpec(mixer=mixer, ffn=ffn)
 
 

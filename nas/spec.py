@@ -175,16 +175,27 @@ BaseMixer = Annotated[
 ]
 
 
+class NormSpec(Spec):
+    kind: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    eps: PosFloat = 1e-6
+
+
 class ParallelSpec(Spec):
     """Branches run side by side on the same input (Hymba / Falcon-H1 hybrids).
 
     ``combine``: ``mean`` or ``sum`` of the branch outputs, or ``concat``: the branch
     outputs concatenated on channels and mixed back to width by one linear map.
+    Before combining, each branch output may be normalised (``branch_norm``: ``true`` for
+    the model's norm, which lowering writes out, or a norm of its own) and scaled by a
+    learnable per-channel ``β`` initialised to 1 (``branch_scale``): Hymba's
+    ``β₁·norm(attn) + β₂·norm(ssm)``, here after each branch's own output projection.
     """
 
     kind: Literal["parallel"] = "parallel"
     branches: tuple[BaseMixer, ...] = Field(min_length=2)
     combine: Literal["mean", "sum", "concat"] = "mean"
+    branch_norm: bool | NormSpec = False
+    branch_scale: bool = False
 
 
 # switch weights: how far from 1 their sum may be (YAML-written thirds, float rounding)
@@ -288,11 +299,6 @@ class LayerSpec(Spec):
 
 
 # ---------------------------------------------------------------- model
-
-
-class NormSpec(Spec):
-    kind: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    eps: PosFloat = 1e-6
 
 
 class ModelSpec(Spec):
@@ -613,6 +619,8 @@ class ArchSpec(Spec):
         return (self.layers is not None and self.num_layers is None and self.layer is None
                 and self.hybrid is None and self.loop is None and self.match is None
                 and not self.model.defaults
+                and all(not isinstance(l.mixer, ParallelSpec) or l.mixer.branch_norm is not True
+                        for l in self.layers)
                 and all(not isinstance(l.mixer, SwitchSpec) or l.mixer.weights is not None
                         for l in self.layers))
 

@@ -107,7 +107,9 @@ def base_mixers(draw):
 def mixers(draw):
     if draw(st.sampled_from([False, False, False, True])):
         return {"kind": "parallel", "combine": draw(st.sampled_from(["mean", "sum", "concat"])),
-                "branches": draw(st.lists(base_mixers(), min_size=2, max_size=3))}
+                "branches": draw(st.lists(base_mixers(), min_size=2, max_size=3)),
+                "branch_norm": draw(st.sampled_from([False, True, {"kind": "layernorm"}])),
+                "branch_scale": draw(flag)}
     return draw(base_mixers())
 
 
@@ -319,8 +321,10 @@ def conv_params(op: Spec, d: int) -> int:
 
 def elementwise_params(op: Spec, d: int) -> int:
     """Parameters of one op that no matmul or convolution applies."""
-    if isinstance(op, ParallelSpec):
-        return sum(elementwise_params(b, d) for b in op.branches)
+    if isinstance(op, ParallelSpec):  # + branch norms (d, 2d for layernorm) and scales (d) per branch
+        n, norm = len(op.branches), op.branch_norm
+        own = n * d * ((2 if norm.kind == "layernorm" else 1) if norm else 0) + (n * d if op.branch_scale else 0)
+        return sum(elementwise_params(b, d) for b in op.branches) + own
     conv_bias = getattr(op, "conv_bias", getattr(op, "use_conv_bias", False))
     out = _conv_channels(op, d) if conv_bias else 0
     if isinstance(op, GDNSpec):
@@ -544,6 +548,21 @@ layer:
   ffn: {kind: swiglu, hidden_size: 32}
 loop: {boundary: elr, prelude: 0, recurrent: 1, coda: 1, T: 4, update: {kind: gated_step},
        conditioning: index_budget}
+""",
+    "parallel_hymba_layernorm_concat": """
+model: {vocab_size: 64, width: 32, norm: {kind: layernorm}}
+num_layers: 2
+layer:
+  mixer:
+    kind: parallel
+    combine: concat
+    branch_norm: true
+    branch_scale: true
+    branches:
+      - {kind: kda, num_heads: 2, head_dim: 8}
+      - {kind: attn, num_heads: 2, window: 4}
+  ffn: {kind: swiglu, hidden_size: 32}
+loop: {boundary: mixer, T: 2, update: {kind: residual_gate}}
 """,
 }
 

@@ -8,7 +8,7 @@ from typing import Callable
 
 from ..spec import (
     AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, Mamba2Spec, MoESpec, NoFFNSpec,
-    NSASpec, ParallelSpec, Spec, SwiGLUSpec, SwitchSpec,
+    NormSpec, NSASpec, ParallelSpec, Spec, SwiGLUSpec, SwitchSpec,
 )
 
 _PARAMS: dict[type, Callable[[Spec, int], int]] = {}
@@ -137,15 +137,23 @@ def _nsa_params(op: NSASpec, d: int) -> int:
     return 2 * d * q + 2 * d * kv + (q + 2 * kv if op.qkv_bias else 0) + 3 * d * op.num_heads
 
 
-def _concat_proj(op: ParallelSpec, d: int) -> int:
-    """``proj`` (n·d → d, no bias) that a ``concat`` combine adds after its n branches."""
-    return len(op.branches) * d * d if op.combine == "concat" else 0
+def _combine_params(op: ParallelSpec, d: int) -> int:
+    """What a parallel mixer adds around its n branches: ``norms.{i}`` (d each, 2d for
+    layernorm) with ``branch_norm``, ``scale`` (n, d) with ``branch_scale``, and ``proj``
+    (n·d → d, no bias) for a ``concat`` combine. The norms and scales are elementwise
+    parameters of the mixer, so projection compute charges them 2 FLOPs each, like the
+    branches' own output norms."""
+    n = len(op.branches)
+    if op.branch_norm is True:
+        raise ValueError("branch_norm: true is the model's norm; price the lowered spec")
+    norm = n * d * (2 if op.branch_norm.kind == "layernorm" else 1) if isinstance(op.branch_norm, NormSpec) else 0
+    return norm + (n * d if op.branch_scale else 0) + (n * d * d if op.combine == "concat" else 0)
 
 
 @_rule(_PARAMS, ParallelSpec)
 def _parallel_params(op: ParallelSpec, d: int) -> int:
-    """Sum of the branches, plus ``proj`` (n·d → d, no bias) for ``concat``."""
-    return sum(op_params(b, d) for b in op.branches) + _concat_proj(op, d)
+    """Sum of the branches plus :func:`_combine_params`."""
+    return sum(op_params(b, d) for b in op.branches) + _combine_params(op, d)
 
 
 @_rule(_PARAMS, SwitchSpec)
@@ -186,11 +194,12 @@ def op_params(op: Spec, width: int) -> int:
 @functools.lru_cache(maxsize=65536)
 def op_active_params(op: Spec, width: int) -> int:
     """Parameters one token runs through: all of them, except MoE (router + top_k experts +
-    shared expert) and parallel mixers (the sum over branches of theirs)."""
+    shared expert) and parallel mixers (the sum over branches of theirs, plus what combines
+    them: :func:`_combine_params`)."""
     if isinstance(op, MoESpec):
         return moe_params(op, width, op.top_k)
     if isinstance(op, ParallelSpec):
-        return sum(op_active_params(b, width) for b in op.branches) + _concat_proj(op, width)
+        return sum(op_active_params(b, width) for b in op.branches) + _combine_params(op, width)
     if isinstance(op, SwitchSpec):
         raise ValueError("a switch runs one option; price its options (see layer_choices)")
     return op_params(op, width)
