@@ -7,8 +7,10 @@ regions with a shared residual gate), ``loops.{r}.*`` (per-region extras).
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -105,6 +107,7 @@ class LoopLM(nn.Module):
         self.loops = nn.ModuleList(LoopExtras(r, d, m) for r in arch.loops)
         self._graphless_cut = tuple(r.truncate is not None and _state_only(arch, r) for r in arch.loops)
         self._plans: dict[int | None, tuple[Node, ...]] = {}
+        self._held: list[int] | None = None  # the pattern training forward passes run, when held
         self.reset_parameters()
 
     # ------------------------------------------------------------ init
@@ -214,6 +217,45 @@ class LoopLM(nn.Module):
         """A random-placement pattern (see :mod:`builders.sampling`)."""
         return sample_pattern(self.arch, len(self.layers))
 
+    def _per_step(self) -> bool:
+        rp = self.arch.random_placement
+        return rp is not None and rp.sampling_per == "step"
+
+    def _training_pattern(self) -> list[int] | None:
+        if self._held is not None:
+            return self._held
+        if self._per_step():
+            raise RuntimeError("hybrid.sampling_per is 'step': call model.start_step() once per "
+                               "optimizer step, before its forward passes (or hold a pattern "
+                               "with model.hold_pattern())")
+        return self._pattern()
+
+    def start_step(self, generator: torch.Generator | None = None) -> list[int] | None:
+        """Begin an optimizer step (the trainer calls it before the step's forward passes).
+        With random placement drawn per step (``hybrid.sampling_per: step``), draw the
+        pattern every training forward pass runs until the next call, and return it; else
+        do nothing (each forward pass draws its own) and return None."""
+        if not self._per_step():
+            return None
+        self._held = sample_pattern(self.arch, len(self.layers), generator)
+        return list(self._held)
+
+    @contextlib.contextmanager
+    def hold_pattern(self, pattern: Sequence[int] | None = None) -> Iterator[list[int]]:
+        """Every training forward pass inside runs ``pattern`` (one option per layer; drawn
+        once on entry when None), whatever ``sampling_per`` says; the previous state is
+        restored on exit. Evaluation still votes over sampled patterns."""
+        if self.arch.random_placement is None:
+            raise ValueError("hold_pattern is for random-placement (switch) models; this model has none")
+        held = list(pattern) if pattern is not None else self._pattern()
+        if len(held) != len(self.layers):
+            raise ValueError(f"a pattern has one option per layer: {len(self.layers)}, got {len(held)}")
+        previous, self._held = self._held, held
+        try:
+            yield list(held)
+        finally:
+            self._held = previous
+
     def hidden(self, input_ids: torch.Tensor, loops: int | None = None,
                pattern: list[int] | None = None, cache: InferenceCache | None = None
                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -231,7 +273,7 @@ class LoopLM(nn.Module):
         if rp is not None and not self.training:
             logits, aux = self._vote(input_ids, loops, rp.eval_samples)
         else:
-            h, aux = self.hidden(input_ids, loops, self._pattern())
+            h, aux = self.hidden(input_ids, loops, self._training_pattern())
             logits = self.head(h)
         aux_loss = torch.stack(aux).sum() if aux else None
         if labels is None:

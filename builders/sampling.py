@@ -11,7 +11,9 @@ Two sampling modes (``random_placement.sampling``):
 
 Either way, option i of a switch runs with the probability the canonical
 ``SwitchSpec.weights`` states and the cost model prices (validation ties the two).
-Executor and evaluation share this one definition.
+Executor and evaluation share this one definition. How often a training pattern is drawn
+(``sampling_per``: every forward pass, or once per optimizer step) is the executor's
+business: :meth:`builders.model.LoopLM.start_step` and ``hold_pattern``.
 """
 from __future__ import annotations
 

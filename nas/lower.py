@@ -136,6 +136,9 @@ def _hybrid_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
     if hybrid.sampling != "ratio" and hybrid.placement != "random":
         raise fail("hybrid.sampling", "applies only to placement: random (how each random "
                    "pattern is drawn); remove it or set placement: random")
+    if hybrid.sampling_per != "forward" and hybrid.placement != "random":
+        raise fail("hybrid.sampling_per", "applies only to placement: random (how often a "
+                   "random pattern is drawn); remove it or set placement: random")
     ffn = spec.layer.ffn if spec.layer is not None else SwiGLUSpec()
     if hybrid.placement == "random":
         if len(hybrid.ratio) < 2:

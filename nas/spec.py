@@ -206,10 +206,11 @@ class SwitchSpec(Spec):
     """A layer that holds several mixers and runs one of them per forward pass.
 
     The lowering of ``placement: random`` (LT2 §3.3): the hybrid pattern is resampled
-    every forward pass in training, and evaluation averages ``eval_samples`` sampled
-    patterns. ``weights[i]`` is the probability that option i runs in this layer, the
-    one figure the cost model and the placement sampler both read; lowering fills it from
-    ``random_placement`` (see :func:`nas.placement.option_weights`).
+    every forward pass (or optimizer step: ``sampling_per``) in training, and evaluation
+    averages ``eval_samples`` sampled patterns. ``weights[i]`` is the probability that
+    option i runs in this layer, the one figure the cost model and the placement sampler
+    both read; lowering fills it from ``random_placement`` (see
+    :func:`nas.placement.option_weights`).
     """
 
     kind: Literal["switch"] = "switch"
@@ -572,13 +573,18 @@ class HybridSpec(Spec):
     ``sampling`` (``placement: random`` only): ``ratio`` draws each pattern as a
     permutation at exactly the ratio's layer counts (LT2, PostNAS); ``uniform`` lets every
     layer pick its mixer on its own, name i with probability ``ratio[i] / Σ ratio`` (a
-    one-shot supernet's uniform path sampling)."""
+    one-shot supernet's uniform path sampling). ``sampling_per`` (``placement: random``
+    only): a fresh pattern for every training ``forward`` pass (LT2), or one per optimizer
+    ``step``, shared by its micro-batches and loop-count groups (the trainer draws it with
+    ``LoopLM.start_step``). Either way every pattern has the same distribution, so the
+    cost model prices both alike."""
 
     ratio: dict[str, PositiveInt] = Field(min_length=1)
     placement: Literal["interleave", "bookend", "front", "back", "random"] | tuple[str, ...] = "interleave"
     mixers: dict[str, MixerSpec] = Field(default_factory=dict)
     eval_samples: PositiveInt = 5
     sampling: Literal["ratio", "uniform"] = "ratio"
+    sampling_per: Literal["forward", "step"] = "forward"
 
 
 class MatchSpec(Spec):

@@ -92,6 +92,10 @@ layers:
 def test_sampling_needs_random_placement():
     with pytest.raises(SpecError, match=r"hybrid\.sampling: applies only to placement: random"):
         loads_arch(RANDOM.replace("placement: random", "placement: interleave, sampling: uniform"))
+    with pytest.raises(SpecError, match=r"hybrid\.sampling_per: applies only to placement: random"):
+        loads_arch(RANDOM.replace("placement: random", "placement: interleave, sampling_per: step"))
+    with pytest.raises(SpecError, match=r"hybrid\.sampling_per"):
+        loads_arch(RANDOM.replace("placement: random", "placement: random, sampling_per: batch"))
 
 
 def _pattern_flops(arch, pattern) -> float:

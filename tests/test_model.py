@@ -189,3 +189,74 @@ hybrid: {ratio: {attn: 1, gdn: 4}, placement: random, eval_samples: 3}
     model.eval()
     probs = model(_batch(64)[0]).logits.exp().sum(-1)
     torch.testing.assert_close(probs, torch.ones_like(probs))
+
+
+RANDOM = """
+name: rnd
+model: {vocab_size: 64, width: 32, defaults: {attn: {num_heads: 2}, gdn: {num_heads: 2, head_dim: 16, expand_v: 1}, swiglu: {hidden_size: 64}}}
+num_layers: 5
+hybrid: {ratio: {attn: 2, gdn: 3}, placement: random, sampling_per: %s}
+"""
+
+
+def _options_run(model, *args, **kw) -> tuple[int, ...]:
+    """The option every switch layer ran in one forward pass."""
+    seen = []
+    hooks = [l.mixer.register_forward_pre_hook(lambda m, a, k: seen.append(k["option"]), with_kwargs=True)
+             for l in model.layers]
+    model(*args, **kw)
+    for h in hooks:
+        h.remove()
+    return tuple(seen)
+
+
+def test_random_placement_drawn_once_per_optimizer_step():
+    """sampling_per: step: start_step draws one pattern (at the ratio's counts) that every
+    training forward pass of the step runs, micro-batches and loop groups alike, until the
+    next step; without start_step, training is a clear error."""
+    arch = loads_arch(RANDOM % "step")
+    assert arch.random_placement.sampling_per == "step"
+    torch.manual_seed(0)
+    model = build_model(arch, backend="torch").train()
+    x, y = _batch(64)
+    with pytest.raises(RuntimeError, match="start_step"):
+        model(x, y)
+    steps = []
+    for step in range(6):
+        pattern = model.start_step(torch.Generator().manual_seed(step))
+        assert sorted(pattern) == [0, 0, 1, 1, 1]
+        runs = {_options_run(model, *_batch(64, seed=s)) for s in range(3)}  # three micro-batches
+        assert runs == {tuple(pattern)}
+        steps.append(tuple(pattern))
+    assert len(set(steps)) > 1  # each step draws afresh
+    held = list(steps[-1])
+    with torch.no_grad():  # the held pattern's function, exactly
+        torch.testing.assert_close(model(x).logits, model.head(model.hidden(x, pattern=held)[0]), rtol=0, atol=0)
+
+
+def test_random_placement_per_forward_is_the_default():
+    model = build_model(loads_arch(RANDOM % "forward"), backend="torch").train()
+    assert model.start_step() is None
+    torch.manual_seed(0)
+    runs = {_options_run(model, _batch(64)[0]) for _ in range(20)}
+    assert len(runs) > 1 and all(sorted(r) == [0, 0, 1, 1, 1] for r in runs)
+
+
+def test_hold_pattern_fixes_training_passes_and_restores():
+    model = build_model(loads_arch(RANDOM % "step"), backend="torch").train()
+    x = _batch(64)[0]
+    first = model.start_step()
+    other = [1, 1, 1, 0, 0]
+    with model.hold_pattern(other) as held:
+        assert held == other and _options_run(model, x) == tuple(other)
+        with model.hold_pattern() as inner:  # drawn once on entry
+            assert {_options_run(model, x) for _ in range(3)} == {tuple(inner)}
+        assert _options_run(model, x) == tuple(other)
+    assert _options_run(model, x) == tuple(first)
+    with pytest.raises(ValueError, match="one option per layer"):
+        with model.hold_pattern([0, 1]):
+            pass
+    plain = build_model(_arch("tiny_noloop"), backend="torch")
+    with pytest.raises(ValueError, match="random-placement"):
+        with plain.hold_pattern([0, 0]):
+            pass
