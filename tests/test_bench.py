@@ -100,6 +100,8 @@ def test_training_step_changes_the_weights_and_is_timed(one_thread):
 
 
 def test_sweep_measures_serving_objectives_per_trial(tmp_path, one_thread):
+    from nas.cost import cost
+    from nas.spec import ArchSpec
     from runners.export.pick import choose
     from runners.report.data import load
     from runners.sweep.front import front
@@ -126,7 +128,7 @@ def test_sweep_measures_serving_objectives_per_trial(tmp_path, one_thread):
     objectives = read_experiment(exp).objectives
     assert [(o.name, o.quality, o.serving) for o in objectives] == [
         ("acc", True, False), ("decode_latency_ms", False, True), ("unique_params", False, False),
-        ("cache_bytes", False, True)]
+        ("cache_bytes/b2", False, True)]
     trials = {r.params["boundary"]: r for r in read_trials(exp)}
     assert {r.status for r in trials.values()} == {"complete"}, [r.reason for r in trials.values()]
     for r in trials.values():
@@ -134,9 +136,10 @@ def test_sweep_measures_serving_objectives_per_trial(tmp_path, one_thread):
         assert math.isfinite(values["decode_latency_ms"]) and values["decode_latency_ms"] > 0
         assert 0 <= values["acc"] <= 1 and values["unique_params"] == r.cost["unique_params"]
         # measured at batch 2: the cost model's recurrent state of two sequences, exactly
-        assert values["cache_bytes"] == 2 * r.cost["state_bytes"] * 2  # fp32 on CPU, cost sheet in bf16
+        fp32 = cost(ArchSpec.model_validate(r.arch), seq_len=32, dtype="fp32")  # the CPU model's dtype
+        assert values["cache_bytes/b2"] == 2 * fp32.figures.state_bytes
     # the looped candidate keeps one recurrent state per loop application
-    assert trials["block"].values["cache_bytes"] == 2 * trials["none"].values["cache_bytes"]
+    assert trials["block"].values["cache_bytes/b2"] == 2 * trials["none"].values["cache_bytes/b2"]
     assert front(read_trials(exp), objectives)
     report = load(exp)
     assert report.quality.name == "acc" and len(report.rows) == 2
@@ -201,8 +204,11 @@ def test_an_elastic_trial_measures_serving_at_each_loop_count(tmp_path, one_thre
     [record] = read_trials(run_sweep(space, out=tmp_path / "exp", backend="optuna", progress=False))
     assert record.status == "complete", record.reason
     assert [p.k for p in record.points] == [1, 2, 3, 4]
-    for p in record.points:  # fp32 on CPU: twice the cost sheet's bf16 bytes, at that k
-        sheet = record.cost["per_k"][str(p.k)]
-        assert p.values["cache_bytes"] == 2 * (sheet["kv_cache_bytes"] + sheet["state_bytes"])
+    from nas.cost import cost
+    from nas.spec import ArchSpec
+    fp32 = cost(ArchSpec.model_validate(record.arch), seq_len=16, dtype="fp32")  # the CPU model's dtype
+    for p in record.points:  # the cost sheet's bytes at that k
+        sheet = fp32.at(p.k)
+        assert p.values["cache_bytes"] == sheet.kv_cache_bytes + sheet.state_bytes
     held = [p.values["cache_bytes"] for p in record.points]
     assert held == sorted(held) and len(set(held)) == 4  # one recurrent state per loop application
