@@ -359,6 +359,7 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
         for group in optimizer.param_groups:
             group["lr"] = lr
         dist = step_dist(train_dist(proxy, step, steps), loop_gen)  # per: step draws once here
+        model.start_step(loop_gen)  # random placement with sampling_per: step draws its pattern here
         for p in conditioning:  # ELR: conditioning enters at the switch, at exactly zero
             p.requires_grad_(not before_switch(proxy, step, steps))
         loss = torch.zeros((), device=device)

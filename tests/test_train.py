@@ -209,6 +209,32 @@ def test_loop_count_drawn_per_step_or_micro_batch(per):
     assert sum(result.depth_rows.values()) == 6 * 3 * 4
 
 
+def test_random_placement_per_step_holds_one_pattern_for_the_whole_step():
+    """``hybrid.sampling_per: step``: the trainer draws the step's pattern before its
+    micro-batches (LoopLM.start_step), so all grad_accum micro-batches run the same one."""
+    from builders.model import LoopLM
+    spec = """
+name: rnd
+model: {vocab_size: 64, width: 32, defaults: {attn: {num_heads: 2}, gdn: {num_heads: 2, head_dim: 16, expand_v: 1}, swiglu: {hidden_size: 64}}}
+num_layers: 4
+hybrid: {ratio: {attn: 1, gdn: 1}, placement: random, sampling_per: step}
+"""
+    drawn, start = [], LoopLM.start_step
+
+    def spy(self, generator=None):
+        pattern = start(self, generator)
+        drawn.append(tuple(pattern))
+        return pattern
+
+    LoopLM.start_step = spy
+    try:
+        result = train(loads_arch(spec), config(steps=5, batch_size=4, grad_accum=3, eval_every=5))
+    finally:
+        LoopLM.start_step = start
+    assert result.status == "ok" and len(drawn) == 5  # one draw per optimizer step
+    assert all(sorted(p) == [0, 0, 1, 1] for p in drawn) and len(set(drawn)) > 1
+
+
 # ---------------------------------------------------------------- curriculum, LM, config
 
 
