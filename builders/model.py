@@ -31,7 +31,7 @@ from .layers import fla_runtime
 from .inference import InferenceCache, KVPolicy
 from .loops import LoopExtras
 from .sampling import sample_pattern
-from .registry import BuildCtx, build_op
+from .registry import BuildCtx, build_op, call_op
 
 
 @dataclass
@@ -55,14 +55,28 @@ class Block(nn.Module):
             self.ffn_norm = make_norm(norm, ctx.width)
             self.ffn = build_op(layer.ffn, ctx)
 
+    def mixer_step(self, h: torch.Tensor, **overrides) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The residual mixer and, returned explicitly, the auxiliary losses of every leaf
+        that ran in it (:func:`builders.registry.call_op`)."""
+        out, aux = call_op(self.mixer, self.mixer_norm(h), **overrides)
+        return h + out, aux
+
+    def ffn_step(self, h: torch.Tensor, routing=None) -> tuple[torch.Tensor, torch.Tensor | None, object]:
+        """The residual FFN, and for an MoE its balance loss and the routing it used."""
+        if not self.has_ffn:
+            return h, None, None
+        x = self.ffn_norm(h)
+        if self.is_moe:
+            y, aux, used = self.ffn(x, routing=routing, return_routing=True)
+            return h + y, aux, used
+        return h + self.ffn(x), None, None
+
     def run_mixer(self, h: torch.Tensor, **overrides) -> torch.Tensor:
-        return h + self.mixer(self.mixer_norm(h), **overrides)
+        """The residual mixer alone (references and probes; the executor uses mixer_step)."""
+        return self.mixer_step(h, **overrides)[0]
 
     def run_ffn(self, h: torch.Tensor, routing=None) -> torch.Tensor:
-        if not self.has_ffn:
-            return h
-        x = self.ffn_norm(h)
-        return h + (self.ffn(x, routing=routing) if self.is_moe else self.ffn(x))
+        return self.ffn_step(h, routing)[0]
 
 
 class _Run:
@@ -154,19 +168,6 @@ class LoopLM(nn.Module):
     def _overrides(self, layer: int, run: _Run) -> dict:
         return iteration_overrides(self.arch, layer, run.iters.items())  # outermost first
 
-    def _collect_aux(self, mod: nn.Module, spec, option: int, aux: list[torch.Tensor]) -> None:
-        """After a mixer ran: the auxiliary loss (DSA's indexer distillation) of every leaf
-        that ran in it, wherever it sits: each parallel branch, the chosen switch option."""
-        if isinstance(spec, SwitchSpec):
-            return self._collect_aux(mod.options[option], spec.options[option], option, aux)
-        if isinstance(spec, ParallelSpec):
-            for branch, sub in zip(mod.branches, spec.branches):
-                self._collect_aux(branch, sub, option, aux)
-            return
-        leaf = getattr(mod, "aux_loss", None)
-        if self.training and isinstance(leaf, torch.Tensor) and leaf.requires_grad:
-            aux.append(leaf)
-
     def _step(self, addr, h: torch.Tensor, run: _Run) -> torch.Tensor:
         block = self.layers[addr.layer]
         if addr.op == "mixer":
@@ -176,20 +177,21 @@ class LoopLM(nn.Module):
                 kw["option"] = option
             if run.cache is not None:
                 kw["cache"], kw["commit"] = run.cache.mixer_cache(addr.layer, tuple(run.iters.items()), run.final())
-            h = block.run_mixer(h, **kw)
-            self._collect_aux(block.mixer, spec, option, run.aux)
+            h, aux = block.mixer_step(h, **kw)
+            if self.training:  # DSA's indexer loss, wherever its leaf sits (parallel, switch)
+                run.aux += [a for a in aux if a.requires_grad]
             return h
         if not block.is_moe:
             return block.run_ffn(h)
         replay_key = next(((r, addr.layer) for r, t in run.iters.items()
                            if self.arch.loops[r].routing_replay and t > 0), None)
         routing = run.replay.get(replay_key) if replay_key else None
-        h = block.run_ffn(h, routing=routing)
+        h, aux, used = block.ffn_step(h, routing=routing)
         for r, t in run.iters.items():
             if self.arch.loops[r].routing_replay and t == 0:
-                run.replay[(r, addr.layer)] = block.ffn.last_routing
+                run.replay[(r, addr.layer)] = used
         if routing is None:
-            run.aux.append(block.ffn.aux_loss * self.arch.layers[addr.layer].ffn.aux_loss_coef)
+            run.aux.append(aux * self.arch.layers[addr.layer].ffn.aux_loss_coef)
         return h
 
     def _loop(self, node: Loop, h: torch.Tensor, run: _Run) -> torch.Tensor:

@@ -17,7 +17,7 @@ from nas.spec import (
 from .layers import attention as attn_layers
 from .layers import ffn as ffn_layers
 from .layers import linear_mixers
-from .registry import BuildCtx, build_op, register
+from .registry import BuildCtx, build_op, call_op, register
 
 
 def _fields(spec, *drop: str) -> dict:
@@ -117,14 +117,23 @@ class Parallel(nn.Module):
         if spec.combine == "concat":
             self.proj = nn.Linear(len(spec.branches) * ctx.width, ctx.width, bias=False)
 
+    returns_aux = True  # builders.registry.call_op: the auxiliary losses of every branch
+
     def forward(self, x: torch.Tensor, cache: dict | None = None, commit: bool | tuple[bool, ...] = True,
-                **overrides) -> torch.Tensor:  # (B, T, D)
-        if cache is None:
-            outs = [b(x, **overrides) if takes else b(x) for b, takes in zip(self.branches, self._takes_window)]
-        else:
-            commits = commit if isinstance(commit, tuple) else (commit,) * len(self.branches)
-            outs = [b(x, cache=cache.setdefault(f"branches.{i}", {}), commit=c, **(overrides if takes else {}))
-                    for i, (b, takes, c) in enumerate(zip(self.branches, self._takes_window, commits))]
+                return_aux: bool = False, **overrides):  # (B, T, D)
+        commits = commit if isinstance(commit, tuple) else (commit,) * len(self.branches)
+        outs, aux = [], []
+        for i, (b, takes, c) in enumerate(zip(self.branches, self._takes_window, commits)):
+            kw = dict(overrides) if takes else {}
+            if cache is not None:
+                kw.update(cache=cache.setdefault(f"branches.{i}", {}), commit=c)
+            out, branch_aux = call_op(b, x, **kw)
+            outs.append(out)
+            aux += branch_aux
+        y = self._combine(outs)
+        return (y, aux) if return_aux else y
+
+    def _combine(self, outs: list[torch.Tensor]) -> torch.Tensor:
         if hasattr(self, "norms"):
             outs = [norm(o) for norm, o in zip(self.norms, outs)]
         if hasattr(self, "scale"):
@@ -143,11 +152,14 @@ class Switch(nn.Module):
         super().__init__()
         self.options = nn.ModuleList(build_op(o, ctx) for o in spec.options)
 
+    returns_aux = True  # builders.registry.call_op: the auxiliary losses of the option that ran
+
     def forward(self, x: torch.Tensor, option: int = 0, cache: dict | None = None, commit: bool = True,
-                **overrides) -> torch.Tensor:
-        if cache is None:
-            return self.options[option](x, **overrides)
-        return self.options[option](x, cache=cache.setdefault(f"options.{option}", {}), commit=commit, **overrides)
+                return_aux: bool = False, **overrides):
+        if cache is not None:
+            overrides.update(cache=cache.setdefault(f"options.{option}", {}), commit=commit)
+        out, aux = call_op(self.options[option], x, **overrides)
+        return (out, aux) if return_aux else out
 
 
 register(ParallelSpec)(Parallel)

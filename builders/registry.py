@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from torch import nn
+from torch import Tensor, nn
 
 Backend = Literal["torch", "fla"]
 
@@ -41,8 +41,19 @@ def build_op(spec, ctx: BuildCtx) -> nn.Module:
     return builder(spec, ctx)
 
 
+def call_op(module: nn.Module, x, **kwargs) -> tuple[Tensor, list[Tensor]]:
+    """Run an op: its output and the auxiliary losses of every leaf that ran in it (DSA's
+    indexer distillation, inside parallel branches and switch options too), returned
+    explicitly rather than left on module attributes, so that they survive activation
+    checkpointing and ``torch.compile``. Ops with auxiliary losses set ``returns_aux = True``
+    and take ``return_aux=True``; any other op has none."""
+    if getattr(module, "returns_aux", False):
+        return module(x, return_aux=True, **kwargs)
+    return module(x, **kwargs), []
+
+
 def registered() -> tuple[type, ...]:
     return tuple(_BUILDERS)
 
 
-__all__ = ["Backend", "BuildCtx", "register", "build_op", "registered"]
+__all__ = ["Backend", "BuildCtx", "register", "build_op", "call_op", "registered"]

@@ -1,5 +1,7 @@
 """Auxiliary losses reach the loss wherever their op sits: a DSA indexer learns only from
-its distillation loss, inside a parallel mixer or a switch option as much as on its own."""
+its distillation loss, inside a parallel mixer or a switch option as much as on its own.
+They are returned from forward (builders.registry.call_op), never left on module
+attributes, so activation checkpointing recomputes them with the rest."""
 import pytest
 import torch
 
@@ -40,3 +42,40 @@ def test_aux_loss_is_the_indexer_loss_of_the_leaf_that_ran():
     assert model(ids, labels=ids).aux_loss is None
     model._pattern = lambda: [0, 1]
     assert model(ids, labels=ids).aux_loss is not None
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_aux_losses_survive_activation_checkpointing(name):
+    """Every block run under torch.utils.checkpoint (recomputed in the backward): the same
+    loss and the same gradients, indexer included, as the plain forward."""
+    from torch.utils.checkpoint import checkpoint
+
+    from builders.model import Block
+
+    torch.manual_seed(0)
+    model = build_model(loads_arch(SPECS[name])).double().train()
+    ids = torch.randint(0, 64, (2, 12))
+    pattern = [0, 1] if name == "switch" else None
+    model._pattern = lambda: pattern
+
+    def grads():
+        model.zero_grad(set_to_none=True)
+        out = model(ids, labels=ids)
+        out.loss.backward()
+        return out.aux_loss.detach(), {n: p.grad for n, p in model.named_parameters()}  # None: option not run
+
+    plain_aux, plain = grads()
+    mixer_step = Block.mixer_step
+    Block.mixer_step = lambda self, h, **kw: checkpoint(mixer_step, self, h, use_reentrant=False, **kw)
+    try:
+        ckpt_aux, ckpt = grads()
+    finally:
+        Block.mixer_step = mixer_step
+    torch.testing.assert_close(ckpt_aux, plain_aux, rtol=0, atol=0)
+    assert plain.keys() == ckpt.keys()
+    for n in plain:
+        assert (ckpt[n] is None) == (plain[n] is None), n
+        if plain[n] is not None:
+            torch.testing.assert_close(ckpt[n], plain[n], rtol=1e-12, atol=1e-12, msg=n)
+    assert any(n.endswith("indexer.q_proj.weight") and g is not None and g.abs().sum() > 0
+               for n, g in ckpt.items())

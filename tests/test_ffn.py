@@ -60,9 +60,9 @@ def loop_routing(moe, x):
 def test_moe_dispatch_matches_per_token_loop(experts, top_k, shared, tokens):
     moe = randomize(MoE(16, experts, top_k, expert_hidden=8, shared_expert_hidden=shared))
     x = torch.randn(1, tokens, 16, dtype=torch.float64, requires_grad=True)
-    y = moe(x)
+    y, _, routing = moe(x, return_routing=True)
     ref_routing = loop_routing(moe, x)
-    assert torch.equal(moe.last_routing.indices, ref_routing.indices)
+    assert torch.equal(routing.indices, ref_routing.indices)
     y_ref = loop_moe(moe, x, ref_routing)
     torch.testing.assert_close(y, y_ref)
     params = [x, *moe.parameters()]
@@ -80,8 +80,9 @@ def test_moe_all_experts_under_uniform_router_is_their_mean():
     torch.nn.init.zeros_(moe.gate.weight)
     x = torch.randn(3, 7, 16, dtype=torch.float64)
     mean = torch.stack([e(x) for e in moe.experts]).mean(0)
-    torch.testing.assert_close(moe(x), mean)
-    torch.testing.assert_close(moe.aux_loss, torch.tensor(1.0, dtype=torch.float64))  # balanced
+    y, aux, _ = moe(x, return_routing=True)
+    torch.testing.assert_close(y, mean)
+    torch.testing.assert_close(aux, torch.tensor(1.0, dtype=torch.float64))  # balanced
 
 
 def test_moe_aux_loss_hand_computed():
@@ -93,22 +94,23 @@ def test_moe_aux_loss_hand_computed():
         moe.gate.weight.copy_(torch.eye(2))
     a = math.log(3.0)
     x = torch.tensor([[a, 0.0], [a, 0.0], [a, 0.0], [0.0, a]], dtype=torch.float64)
-    moe(x)
-    assert moe.last_routing.indices.flatten().tolist() == [0, 0, 0, 1]
-    torch.testing.assert_close(moe.last_routing.weights, torch.ones(4, 1, dtype=torch.float64))
-    torch.testing.assert_close(moe.aux_loss, torch.tensor(9 / 8, dtype=torch.float64))
+    _, aux, routing = moe(x, return_routing=True)
+    assert routing.indices.flatten().tolist() == [0, 0, 0, 1]
+    torch.testing.assert_close(routing.weights, torch.ones(4, 1, dtype=torch.float64))
+    torch.testing.assert_close(aux, torch.tensor(9 / 8, dtype=torch.float64))
 
 
 def test_routing_replay():
     moe = randomize(MoE(16, 4, 2, expert_hidden=8, shared_expert_hidden=8))
     x = torch.randn(2, 9, 16, dtype=torch.float64)
-    y = moe(x)
-    routing = moe.last_routing.detach()
-    assert torch.equal(moe(x, routing=routing), y)
-    assert moe.aux_loss.item() == 0.0 and moe.last_routing is routing
+    y, _, routing = moe(x, return_routing=True)
+    routing = routing.detach()
+    again, aux, used = moe(x, routing=routing, return_routing=True)
+    assert torch.equal(again, y)
+    assert aux.item() == 0.0 and used is routing
     x2 = x + 2.0 * torch.randn_like(x)
-    fresh = moe(x2)
-    assert not torch.equal(moe.last_routing.indices, routing.indices)  # the new input routes differently
+    fresh, _, fresh_routing = moe(x2, return_routing=True)
+    assert not torch.equal(fresh_routing.indices, routing.indices)  # the new input routes differently
     replayed = moe(x2, routing=routing)
     torch.testing.assert_close(replayed, loop_moe(moe, x2, routing))
     assert not torch.allclose(replayed, fresh)
@@ -119,22 +121,21 @@ def test_routing_replay():
 def test_gradients_reach_router_and_every_expert():
     moe = MoE(16, 4, 2, expert_hidden=8, shared_expert_hidden=8)
     x = torch.randn(4, 16, 16)
-    y = moe(x)
-    assert set(moe.last_routing.indices.flatten().tolist()) == {0, 1, 2, 3}
-    (y.square().mean() + 0.01 * moe.aux_loss).backward()
+    y, aux, routing = moe(x, return_routing=True)
+    assert set(routing.indices.flatten().tolist()) == {0, 1, 2, 3}
+    (y.square().mean() + 0.01 * aux).backward()
     for name, p in moe.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     moe.zero_grad(set_to_none=True)
-    moe(x)
-    moe.aux_loss.backward()
+    moe(x, return_routing=True)[1].backward()
     assert moe.gate.weight.grad.abs().sum() > 0  # the balance loss alone trains the router
 
 
 def test_replay_within_one_step_keeps_router_gradient():
     moe = MoE(16, 4, 2, expert_hidden=8)
     x = torch.randn(2, 8, 16)
-    moe(x)
-    moe(x * 0.5, routing=moe.last_routing).sum().backward()
+    _, _, routing = moe(x, return_routing=True)
+    moe(x * 0.5, routing=routing).sum().backward()
     assert moe.gate.weight.grad.abs().sum() > 0
 
 

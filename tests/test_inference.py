@@ -161,10 +161,14 @@ def test_moe_routing_replay_decodes_like_the_forward():
                                             "update": {"kind": "reinject", "mode": "diagonal"},
                                             "routing_replay": True}))
     _check(model)
-    replayed = model.layers[1].ffn
+    moe, calls = model.layers[1].ffn, []
+    original = moe.forward
+    moe.forward = lambda x, routing=None, **kw: (calls.append(routing), original(x, routing=routing, **kw))[1]
     _, cache = model.prefill(_ids()[:, :6])
+    calls.clear()
     model.decode(cache, _ids()[:, 6:7])
-    assert replayed.aux_loss.item() == 0.0  # the last call replayed
+    assert calls[0] is None and len(calls) == 3  # the first loop routes the new token ...
+    assert all(r is not None and r.indices.shape[0] == 2 for r in calls[1:])  # ... the later ones replay it
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in ARCHS.glob("tiny_*.yaml")))

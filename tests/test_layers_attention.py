@@ -212,25 +212,26 @@ def test_dsa_overrides_and_dense_limit():
 def test_dsa_indexer_learns_only_from_its_kl_loss():
     layer = randomize(DeepSeekSparseAttention(**DSA_KW).double())
     x = torch.randn(2, 25, 64, dtype=torch.float64, requires_grad=True)
-    layer(x).sum().backward()
+    out, (aux,) = layer(x, return_aux=True)
+    torch.testing.assert_close(out, layer(x))  # return_aux changes nothing else
+    out.sum().backward(retain_graph=True)
     assert all(p.grad is None for p in layer.indexer.parameters())
     layer.zero_grad(set_to_none=True)
     x.grad = None
-    layer.aux_loss.backward()
+    aux.backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in layer.indexer.parameters())
     # the indexer's input and target are detached: nothing else learns from its loss
     assert x.grad is None
     assert all(p.grad is None for n, p in layer.named_parameters() if not n.startswith("indexer."))
     layer.eval()
-    layer(x)
-    assert layer.aux_loss.item() == 0.0
+    assert layer(x, return_aux=True)[1] == []  # no indexer loss in eval
 
 
 def test_dsa_indexer_loss_value():
     """KL(p || softmax I) by hand for each query: p = head-mean of the main attention over the kept keys."""
     layer = randomize(DeepSeekSparseAttention(**DSA_KW).double())
     x = torch.randn(1, 12, 64, dtype=torch.float64)
-    layer(x)
+    _, (aux,) = layer(x, return_aux=True)
     q, k, _ = qkv_reference(layer, x)
     k = k.repeat_interleave(2, dim=2)
     ix = layer.indexer
@@ -242,8 +243,8 @@ def test_dsa_indexer_loss_value():
         sel = index.topk(min(7, t + 1)).indices
         p = torch.softmax(torch.einsum("hd,shd->hs", q[0, t], k[0, sel]) / 4, -1).mean(0)
         total += (p * (p.log() - torch.log_softmax(index[sel], -1))).sum()
-    torch.testing.assert_close(layer.aux_loss, total / 12)
-    assert layer.aux_loss > 0
+    torch.testing.assert_close(aux, total / 12)
+    assert aux > 0
 
 
 NSA_KW = dict(hidden_size=64, num_heads=16, num_kv_heads=1, head_dim=8,  # fla's naive NSA needs HQ / H >= 16

@@ -169,7 +169,7 @@ def test_routing_replay_reuses_first_loop_routing():
     moe = model.layers[1].ffn
     calls = []
     original = moe.forward
-    moe.forward = lambda x, routing=None: (calls.append(routing), original(x, routing=routing))[1]
+    moe.forward = lambda x, routing=None, **kw: (calls.append(routing), original(x, routing=routing, **kw))[1]
     out = model(*_batch(256))
     assert calls[0] is None and all(r is not None for r in calls[1:]) and len(calls) == 3
     assert out.aux_loss is not None and torch.isfinite(out.aux_loss)

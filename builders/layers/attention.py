@@ -172,9 +172,10 @@ class DeepSeekSparseAttention(Attention):
 
     Our design (fla has no DSA layer): ``Attention``'s projections plus ``indexer``
     (``q_proj``, ``k_proj``, ``weights_proj``). The top-k passes no gradient, so, as in
-    DeepSeek-V3.2, the indexer learns only from ``self.aux_loss`` (set by each training
-    forward, zero in eval): KL(head-summed attention of the main heads || softmax of the
-    index scores) over the selected keys, with the indexer's input and target detached.
+    DeepSeek-V3.2, the indexer learns only from its auxiliary loss, returned by a training
+    forward called with ``return_aux=True`` (``(out, [loss])``; ``[]`` in eval):
+    KL(head-summed attention of the main heads || softmax of the index scores) over the
+    selected keys, with the indexer's input and target detached.
     Selection, attention and loss run blockwise over gathered keys: no (T, T) tensor.
     A decoding cache holds keys, values and indexer keys (``kv.k``, ``kv.v``,
     ``kv.index_k``), only the last ``window`` of them under a window.
@@ -189,10 +190,12 @@ class DeepSeekSparseAttention(Attention):
                          max_position_embeddings, layer_idx, head_dim=head_dim, output_gate=output_gate)
         self.topk = topk
         self.indexer = DSAIndexer(hidden_size, index_heads, index_head_dim)
-        self.aux_loss = torch.zeros(())
+
+    returns_aux = True  # builders.registry.call_op
 
     def forward(self, x: Tensor, window: Window = None, topk: int | None = None, *,
-                cache: dict | None = None, commit: bool = True) -> Tensor:
+                cache: dict | None = None, commit: bool = True,
+                return_aux: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
         w, topk = resolve_window(self.window_size, window), self.topk if topk is None else topk
         if cache is None:
             (q, k, v), (q_i, k_i, w_i) = self.project(x), self.indexer(x.detach(), self.rope_theta)
@@ -204,8 +207,10 @@ class DeepSeekSparseAttention(Attention):
                 _commit(cache, x.shape[1], w, k=k, v=v, index_k=k_i)
         with torch.no_grad():
             idx, valid = dsa_topk(q_i, k_i, w_i, topk=topk, window=w)  # (B, T, K) each
-        self.aux_loss = dsa_indexer_loss(q, k, q_i, k_i, w_i, idx, valid) if self.training else x.new_zeros(())
-        return self.output(x, sparse_attention(q, k, v, idx, valid))
+        out = self.output(x, sparse_attention(q, k, v, idx, valid))
+        if not return_aux:
+            return out
+        return out, ([dsa_indexer_loss(q, k, q_i, k_i, w_i, idx, valid)] if self.training else [])
 
 
 _NSA_CACHE = ("kv.k", "kv.v", "kv.k_cmp", "kv.v_cmp")

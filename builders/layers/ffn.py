@@ -67,8 +67,9 @@ class MoE(nn.Module):
     """Top-k routed SwiGLU experts, softmax router, optional always-on shared expert.
 
     Parameters: ``gate`` (router, Linear(D, E)), ``experts.{i}``, ``shared_expert``.
-    After each forward: ``aux_loss`` (Switch balance loss, zero under replay) and
-    ``last_routing``. ``forward(x, routing)`` reuses a previous ``last_routing`` instead of
+    ``forward(x, routing=None, return_routing=False)``: with ``return_routing`` it returns
+    ``(y, aux_loss, routing)``, the Switch balance loss (zero under replay) and the routing
+    used, explicitly (no module state). ``routing`` replays a previous routing instead of
     routing afresh; its weights keep their graph (so a loop that replays within one step
     trains the router through them); call ``.detach()`` to replay across steps.
     """
@@ -85,8 +86,6 @@ class MoE(nn.Module):
         self.shared_expert = None
         if shared_expert_hidden:
             self.shared_expert = SwiGLU(hidden_size, intermediate_size=shared_expert_hidden)
-        self.aux_loss = torch.zeros(())
-        self.last_routing: Routing | None = None
 
     def route(self, x: Tensor) -> tuple[Routing, Tensor]:
         """x (N, D) -> top-k routing with weights renormalised over the k, and the aux loss."""
@@ -108,20 +107,20 @@ class MoE(nn.Module):
                 y.index_add_(0, tok, expert(x.index_select(0, tok)) * w[:, None])
         return y
 
-    def forward(self, x: Tensor, routing: Routing | None = None) -> Tensor:
+    def forward(self, x: Tensor, routing: Routing | None = None, return_routing: bool = False
+                ) -> Tensor | tuple[Tensor, Tensor, Routing]:
         flat = x.reshape(-1, x.shape[-1])  # (N, D)
         if routing is None:
-            routing, self.aux_loss = self.route(flat)
+            routing, aux = self.route(flat)
         elif routing.indices.shape != (flat.shape[0], self.top_k):
             raise ValueError(f"replayed routing has shape {tuple(routing.indices.shape)}, "
                              f"expected ({flat.shape[0]}, {self.top_k})")
         else:
-            self.aux_loss = flat.new_zeros(())
-        self.last_routing = routing
+            aux = flat.new_zeros(())
         y = self.dispatch(flat, routing)
         if self.shared_expert is not None:
             y = y + self.shared_expert(flat)
-        return y.view_as(x)
+        return (y.view_as(x), aux, routing) if return_routing else y.view_as(x)
 
 
 class _FlaSwiGLUForward:
