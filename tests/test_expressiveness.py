@@ -134,6 +134,28 @@ def _mixer_grad_flags(model, ids, **kw) -> list[bool]:
     return flags
 
 
+def test_truncated_backward_is_priced_with_the_last_iterations_schedule():
+    """Coarse-to-fine windows (full, 32, 16, 8) with truncate: 1: the backward runs through
+    the last iteration only, at window 8, so training FLOPs = forward + 2 × the forward of
+    one iteration at window 8 (not at the first iteration's full attention)."""
+    base = """
+name: c2f
+model: {vocab_size: 64, width: 32, defaults: {attn: {num_heads: 2}, swiglu: {hidden_size: 64}}}
+num_layers: 2
+layer: {mixer: {kind: attn}, ffn: {kind: swiglu}}
+loop: {boundary: block, T: 4, update: {kind: residual_gate}, windows: [full, 32, 16, 8], truncate: 1}
+"""
+    n = 512
+    sheet = cost(loads_arch(base), seq_len=n)
+    last = cost(loads_arch(base.replace("T: 4", "T: 1").replace("[full, 32, 16, 8], truncate: 1", "[8]")),
+                seq_len=n)
+    first = cost(loads_arch(base.replace("T: 4", "T: 1").replace("[full, 32, 16, 8], truncate: 1", "[full]")),
+                 seq_len=n)
+    fwd = sheet.figures.forward_flops
+    assert sheet.train_flops_per_token == pytest.approx(fwd + 2 * last.figures.forward_flops, rel=1e-12)
+    assert first.figures.forward_flops > last.figures.forward_flops  # the two readings differ
+
+
 def test_iterations_before_the_cut_build_no_graph():
     """The executor runs the iterations before the cut without a graph: their outputs do
     not require grad, and the forward keeps the activations of a T = 2 loop, not T = 4."""

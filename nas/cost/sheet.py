@@ -298,10 +298,19 @@ def _figures_dict(f: Figures) -> dict:
 
 def _truncated(arch: ArchSpec, k: int | None) -> ArchSpec:
     """The loop that backpropagation runs through at loop count ``k``: a region with
-    ``truncate: n`` as a loop of ``min(n, k)`` iterations (the last ones)."""
-    return arch.model_copy(update={"loops": tuple(
-        r.model_copy(update={"T": min(r.truncate, k or r.T) if r.truncate else (k or r.T)})
-        for r in arch.loops)})
+    ``truncate: n`` as a loop of ``min(n, k)`` iterations, the last ones, so its schedule is
+    the last iterations' (iteration ``i`` of the cut loop is ``i + k - n`` of the run)."""
+    def cut(r):
+        runs = k or r.T
+        if not r.truncate:
+            return r.model_copy(update={"T": runs})
+        n = min(r.truncate, runs)
+        first = runs - n
+        schedule = tuple(o.model_copy(update={"iteration": o.iteration - first})
+                         for o in r.schedule if first <= o.iteration < runs)
+        return r.model_copy(update={"T": n, "schedule": schedule})
+
+    return arch.model_copy(update={"loops": tuple(cut(r) for r in arch.loops)})
 
 
 def _train_flops(arch: ArchSpec, fig, grad_fig) -> float:
