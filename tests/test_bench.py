@@ -67,6 +67,27 @@ def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
 
 
+def test_bench_loops_measures_that_depth_and_prices_it(tmp_path, capsys, one_thread):
+    """--loops k runs every loop region k times; the cache then holds k applications' state,
+    exactly what the cost model prices at k (nas.cost.figures_at, any allowed k)."""
+    from nas import load_arch
+    from nas.cost import cost, figures_at
+    arch = load_arch(arch_path("tiny_elr"))
+    sheet = cost(arch, seq_len=16, dtype="fp32")
+    for k in arch.elastic.eval:  # the sheet's own elastic points are the same figures
+        assert figures_at(arch, k, seq_len=16, dtype="fp32") == sheet.at(k)
+    rows = {}
+    for k in (1, 3):
+        assert main(["bench", "tiny_elr", "--loops", str(k), "--contexts", "16", "--batch-sizes", "1", *FAST,
+                     "--memory-limit", "1MiB", "--json", "--out", str(tmp_path / str(k))]) == 0
+        [rows[k]] = json.loads(capsys.readouterr().out)["rows"]
+        want = figures_at(arch, k, seq_len=16, dtype="fp32")
+        assert (rows[k]["cache_kv_bytes"], rows[k]["cache_state_bytes"]) == (want.kv_cache_bytes, want.state_bytes)
+    assert rows[3]["cache_state_bytes"] > rows[1]["cache_state_bytes"]
+    assert main(["bench", "tiny_elr", "--loops", "0"]) == 2
+    assert "--loops: loops=0: give a loop count >= 1" in capsys.readouterr().err
+
+
 def test_unknown_spec_is_an_error_without_traceback():
     proc = subprocess.run([sys.executable, "-m", "runners", "bench", "no_such_spec.yaml"],
                           capture_output=True, text=True, cwd=REPO, timeout=120)

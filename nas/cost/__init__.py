@@ -43,12 +43,12 @@ from .ops import (
 )
 from .sheet import (
     DEFAULT_SEQ_LEN, DTYPE_BYTES, CostSheet, ExtraCost, Figures, OpCost, ProjectionFlops, cost,
-    embedding_params, norm_params, projection_flops, unique_params,
+    embedding_params, figures_at, norm_params, projection_flops, unique_params,
 )
 
 __all__ = [
     "CostSheet", "Counts", "ExtraCost", "Figures", "OpCost", "ProjectionFlops",
-    "DEFAULT_SEQ_LEN", "DTYPE_BYTES", "cost", "counts", "embedding_params", "layer_choices",
+    "DEFAULT_SEQ_LEN", "DTYPE_BYTES", "cost", "counts", "embedding_params", "figures_at", "layer_choices",
     "mean_blocks", "mean_keys", "mixer_settings", "moe_params", "norm_params",
     "op_active_params", "op_kv_elements", "op_params", "op_projection_flops",
     "op_seq_flops", "op_state_bytes", "op_state_elements", "projection_flops", "switch_weights",

@@ -325,6 +325,17 @@ def _train_flops(arch: ArchSpec, fig, grad_fig) -> float:
                for frac, dist in phases(arch))
 
 
+def figures_at(arch: ArchSpec, loops: int | None = None, seq_len: int = DEFAULT_SEQ_LEN,
+               dtype: str = "bf16") -> Figures:
+    """The figures of one forward pass with every loop region run ``loops`` times (None:
+    each region's T), as ``LoopLM.forward(..., loops=k)`` runs it: any allowed count, not
+    only the ``elastic.eval`` ones a :class:`CostSheet` carries."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype {dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
+    check_loops(arch, loops)
+    return _figures(arch, loops, seq_len, DTYPE_BYTES[dtype], _layer_profiles(arch, seq_len))._replace(loops=loops)
+
+
 def cost(arch: ArchSpec, seq_len: int = DEFAULT_SEQ_LEN, dtype: str = "bf16",
          tokens: int | None = None) -> CostSheet:
     """Price a canonical spec. Training FLOPs per token are 3 × forward (the backward pass

@@ -92,10 +92,9 @@ def _guarded(fn, device: torch.device) -> tuple[dict, str | None]:
 def measure_point(model, serving_model, arch: ArchSpec, batch_size: int, context: int, *,
                   dtype: torch.dtype, dtype_name: str, decode_tokens: int, loops: int | None,
                   repeats: int, peak_flops: float) -> BenchRow:
-    from nas.cost import cost
+    from nas.cost import figures_at
 
-    sheet = cost(arch, seq_len=context, dtype=dtype_name)
-    figures = sheet.figures if loops is None else sheet.at(loops)
+    figures = figures_at(arch, loops, seq_len=context, dtype=dtype_name)
     device = model.embed.weight.device
 
     def serve() -> dict:

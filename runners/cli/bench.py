@@ -69,6 +69,7 @@ def bench_cmd(
     repeats: Annotated[int, typer.Option("--repeats", help="Timed repeats after one warm-up (median).", min=1)] = 3,
     memory_limit: Annotated[str | None, typer.Option("--memory-limit", help="Largest-context search: stop when the measured peak exceeds this (default 16MiB on CPU; on CUDA the real out-of-memory).", show_default=False)] = None,
     max_context: Annotated[int | None, typer.Option("--max-context", help="Largest-context search: give up above this (default 65536 on CPU, 1048576 on CUDA).", min=1, show_default=False)] = None,
+    loops: Annotated[int | None, typer.Option("--loops", help="Run every loop region this many times (elastic depth; default: each region's T).", show_default=False)] = None,
     out: OutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -80,6 +81,7 @@ def bench_cmd(
     Examples:
       loopnas bench tiny_mixerloop
       loopnas bench tiny_lt2_interleave --contexts 256,1024,4096 --batch-sizes 1 --memory-limit 32MiB
+      loopnas bench tiny_elr --loops 2
       loopnas bench mixerloop_110m --device cuda --batch-sizes 1,8 --out runs/bench/ml110
     """
     ctx = int_list(contexts or (CUDA_CONTEXTS if device is Device.cuda else CPU_CONTEXTS), "--contexts")
@@ -87,6 +89,9 @@ def bench_cmd(
     limit = byte_size(memory_limit) if memory_limit is not None else (
         CPU_MEMORY_LIMIT if device is Device.cpu else None)
     arch = load(spec)
+    from nas.plan import loop_count_problem
+    if (problem := loop_count_problem(arch, loops)) is not None:
+        raise UsageError(f"--loops: {problem}")
 
     import torch
 
@@ -97,7 +102,8 @@ def bench_cmd(
         raise UsageError("--device cuda: CUDA is not available here")
     result = bench(arch, ctx, batches, device=device.value, backend=backend.value,
                    dtype=dtype.value if dtype else None, decode_tokens=decode_tokens, repeats=repeats,
-                   memory_limit=limit, max_context_len=max_context or (1 << 16 if device is Device.cpu else 1 << 20))
+                   memory_limit=limit, max_context_len=max_context or (1 << 16 if device is Device.cpu else 1 << 20),
+                   loops=loops)
     json_path, png_path = write(result, out or Path("runs") / "bench" / arch.name)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
