@@ -75,6 +75,9 @@ class TrainConfig(BaseModel):
     eval_every: PositiveInt = 50
     eval_batches: PositiveInt = 4
     seed: int = 0
+    eval_seed: int | None = Field(None, description="seed of the fixed eval batches (None: the run's "
+                                  "seed); a sweep gives every replicate and every candidate the same "
+                                  "one, so their scores are compared on the same examples")
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16"] = Field("bfloat16", description="autocast dtype, CUDA only")
     compile: bool = Field(False, description="torch.compile, CUDA only")
@@ -198,9 +201,14 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
             {"params": no_decay, "weight_decay": 0.0}]
 
 
+def eval_seed(config: TrainConfig) -> int:
+    """The seed of the eval batches and of evaluation's forked RNG."""
+    return config.seed if config.eval_seed is None else config.eval_seed
+
+
 def eval_batches(task: Task, config: TrainConfig, device: torch.device) -> list:
     """Fixed eval batches: the same for every evaluation of a run (and of its resumption)."""
-    g = torch.Generator().manual_seed(config.seed)
+    g = torch.Generator().manual_seed(eval_seed(config))
     return [tuple(t.to(device) for t in task.batch(config.batch_size, g, split="eval"))
             for _ in range(config.eval_batches)]
 
@@ -245,7 +253,7 @@ def extrapolate(model, task: Task, params: dict[str, Any], config: TrainConfig,
     longer = extrapolated(task, params)
     batches = eval_batches(longer, config, device)
     return ExtrapolationPoint(params=params, seq_len=longer.seq_len,
-                              metrics=evaluate(model, longer, batches, autocast, config.seed))
+                              metrics=evaluate(model, longer, batches, autocast, eval_seed(config)))
 
 
 def ffn_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
@@ -389,7 +397,7 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
 
         since = step - stage_start
         if since % config.eval_every == 0 or since == stage_budget or step == steps:
-            metrics = evaluate(model, task, fixed_eval, autocast, config.seed, trained_loops())
+            metrics = evaluate(model, task, fixed_eval, autocast, eval_seed(config), trained_loops())
             if curriculum:
                 metrics["n"] = float(curriculum.n)
                 promoted = curriculum.promote(metrics[curriculum.metric])
@@ -424,14 +432,14 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
 
     final = evals[-1].metrics if evals and evals[-1].step == step else {}
     if status != "failed" and not curriculum and not final:
-        final = evaluate(model, task, fixed_eval, autocast, config.seed, trained_loops())
+        final = evaluate(model, task, fixed_eval, autocast, eval_seed(config), trained_loops())
     metric = getattr(task, "quality_metric", "acc") if "acc" in final or curriculum else "eval_loss"
     points = []
     switched = switch_step(proxy, steps) if proxy.elastic is not None else None
     switched = switched if switched is not None and step > switched else None
     if status != "failed" and switched is not None:
         for k in proxy.elastic.eval:
-            m = evaluate(model, task, fixed_eval, autocast, config.seed, loops=k)
+            m = evaluate(model, task, fixed_eval, autocast, eval_seed(config), loops=k)
             points.append(ElasticPoint(k=k, quality=m[metric], compute=projection_compute(proxy, k),
                                        metrics=m))
     extrapolation = ([] if status == "failed" else
