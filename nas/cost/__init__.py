@@ -43,7 +43,7 @@ from .ops import (
 )
 from .sheet import (
     DEFAULT_SEQ_LEN, DTYPE_BYTES, CostSheet, ExtraCost, Figures, OpCost, ProjectionFlops, cost,
-    embedding_params, figures_at, norm_params, projection_flops, unique_params,
+    embedding_params, figures_at, norm_params, projection_flops, train_flops_at, unique_params,
 )
 
 __all__ = [
@@ -52,5 +52,5 @@ __all__ = [
     "mean_blocks", "mean_keys", "mixer_settings", "moe_params", "norm_params",
     "op_active_params", "op_kv_elements", "op_params", "op_projection_flops",
     "op_seq_flops", "op_state_bytes", "op_state_elements", "projection_flops", "switch_weights",
-    "unique_params", "with_override",
+    "train_flops_at", "unique_params", "with_override",
 ]

@@ -321,8 +321,13 @@ def _train_flops(arch: ArchSpec, fig, grad_fig) -> float:
     FLOPs (gradients with respect to activations and to weights) of the part gradient
     flows through: all of it, except the iterations of a truncated region before its last
     ``truncate`` (priced as that region run ``truncate`` times)."""
-    return sum(frac * expected(dist, lambda k: fig(k).forward_flops + 2 * grad_fig(k).forward_flops)
-               for frac, dist in phases(arch))
+    return sum(frac * expected(dist, lambda k: _step_flops(fig(k), grad_fig(k))) for frac, dist in phases(arch))
+
+
+def _step_flops(forward: Figures, grad: Figures) -> float:
+    """One step's FLOPs per token: the forward, plus a backward of twice the forward FLOPs
+    of ``grad``, the part gradients flow through."""
+    return forward.forward_flops + 2 * grad.forward_flops
 
 
 def figures_at(arch: ArchSpec, loops: int | None = None, seq_len: int = DEFAULT_SEQ_LEN,
@@ -334,6 +339,20 @@ def figures_at(arch: ArchSpec, loops: int | None = None, seq_len: int = DEFAULT_
         raise ValueError(f"dtype {dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
     check_loops(arch, loops)
     return _figures(arch, loops, seq_len, DTYPE_BYTES[dtype], _layer_profiles(arch, seq_len))._replace(loops=loops)
+
+
+def train_flops_at(arch: ArchSpec, loops: int | None = None, seq_len: int = DEFAULT_SEQ_LEN) -> float:
+    """Training FLOPs per token of one step with every loop region run ``loops`` times (None:
+    each region's T), as a fixed-depth step runs it (``loopnas bench``): the forward plus the
+    backward of :func:`_train_flops`, a truncated region's backward through its last
+    ``truncate`` iterations only. :attr:`CostSheet.train_flops_per_token` is its expectation
+    over the run's loop-count phases."""
+    check_loops(arch, loops)
+    nbytes, profiles = DTYPE_BYTES["fp32"], _layer_profiles(arch, seq_len)  # bytes do not enter FLOPs
+    forward = _figures(arch, loops, seq_len, nbytes, profiles)
+    if not any(r.truncate for r in arch.loops):
+        return _step_flops(forward, forward)
+    return _step_flops(forward, _figures(_truncated(arch, loops), None, seq_len, nbytes, profiles))
 
 
 def cost(arch: ArchSpec, seq_len: int = DEFAULT_SEQ_LEN, dtype: str = "bf16",
