@@ -31,11 +31,11 @@ from builders.model import build_model
 from nas.load import resolve
 from nas.spec import ArchSpec
 from nas.elastic import before_switch, switch_step
+from runners.checkpoint import CHECKPOINT, RESULT, load as load_checkpoint, save as save_checkpoint
 from runners.elastic import loop_groups, projection_compute, step_dist, train_dist
 from runners.tasks import CURRICULUM_STAGES, Curriculum, Task, make_task
 
 Callback = Callable[[int, dict[str, float]], "bool | None"]
-CHECKPOINT = "checkpoint.pt"
 _LOOP_SEED_SALT = 0x5EED_100B  # the loop-count sampler's stream differs from the data's
 
 
@@ -274,13 +274,6 @@ def initialise(model: torch.nn.Module, arch: ArchSpec, config: TrainConfig) -> N
         p.requires_grad_(False)
 
 
-def save_checkpoint(path: Path, payload: dict) -> None:
-    """Write atomically: a crash mid-write never leaves a torn checkpoint."""
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-
-
 def _fingerprint(arch: ArchSpec, config: TrainConfig) -> str:
     """What a checkpoint must match to be resumed. The progress bar may differ, and so may
     the step or token budget: a resumed run may be extended to more steps."""
@@ -328,7 +321,7 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
     evals: list[EvalRecord] = []
     depth_rows: dict[str, int] = {}
     if resume is not None:
-        ckpt = torch.load(resume, map_location=device, weights_only=False)
+        ckpt = load_checkpoint(resume)  # on CPU, where RNG states live; load_state_dict moves the rest
         if ckpt["fingerprint"] != _fingerprint(proxy, config):
             raise ValueError(f"{resume} was written by a different arch or config")
         model.load_state_dict(ckpt["model"])
@@ -458,9 +451,9 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
         wall_time=time.perf_counter() - start, arch=proxy,
     )
     if out is not None:
-        tmp = out / "result.json.tmp"
+        tmp = out / (RESULT + ".tmp")
         tmp.write_text(result.model_dump_json(indent=2))
-        os.replace(tmp, out / "result.json")  # readers never see a half-written result
+        os.replace(tmp, out / RESULT)  # readers never see a half-written result
     return result
 
 

@@ -10,6 +10,7 @@ import sys
 import typer
 
 from nas.errors import SpecError
+from runners.checkpoint import CheckpointError
 
 from .common import UsageError, console_err
 
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in str(exc).splitlines():
             console_err.print(f"error: {line}", markup=False, highlight=False)
         return 2
-    except UsageError as exc:
+    except (UsageError, CheckpointError) as exc:
         console_err.print(f"error: {exc}", markup=False, highlight=False)
         return 2
     except typer.Exit as exc:

@@ -64,14 +64,10 @@ def make_config(task: str, steps: int | None, tokens: int | None, seed: int, set
         raise UsageError(f"{where + ': ' if where else ''}{err['msg']}") from None
 
 
-CHECKPOINT = "checkpoint.pt"
-
-
 def resumed(run: Path, spec, task, steps: int | None, tokens: int | None, sets):
     """The arch and config saved with ``run``'s checkpoint, with a new step or token budget."""
-    import torch
-
     from nas.spec import ArchSpec
+    from runners.checkpoint import CHECKPOINT, load
     from runners.train import TrainConfig
 
     if spec is not None or task is not None or sets:
@@ -79,7 +75,7 @@ def resumed(run: Path, spec, task, steps: int | None, tokens: int | None, sets):
     path = run / CHECKPOINT
     if not path.is_file():
         raise UsageError(f"{run}: no {CHECKPOINT} to resume (train with --out DIR to write one)")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    ckpt = load(path)
     if "arch" not in ckpt:
         raise UsageError(f"{path} predates --resume (no saved spec and config); rerun it")
     config = TrainConfig.model_validate(ckpt["config"])
@@ -104,7 +100,9 @@ def check_task(config) -> None:
 
 
 def check_init(path: Path) -> Path:
-    """A readable loopnas checkpoint, or a usage error naming what is wrong with it."""
+    """A readable loopnas checkpoint, or a usage error naming what is wrong with it (an
+    unloadable file is the CheckpointError that main() prints)."""
+    from runners.checkpoint import CheckpointError
     from runners.oneshot.weights import load_source
 
     if not path.is_file():
@@ -112,8 +110,10 @@ def check_init(path: Path) -> Path:
                          "or an extracted sub-network)")
     try:
         load_source(path)
-    except Exception as exc:  # a foreign or torn file: torch raises many kinds
-        raise UsageError(f"--init-from {path}: {exc}") from None
+    except CheckpointError:
+        raise
+    except ValueError as exc:  # loadable, but not a spec and weights
+        raise UsageError(f"--init-from {path}: {str(exc).splitlines()[0]}") from None
     return path
 
 
@@ -187,6 +187,7 @@ def train_cmd(
 
     import torch
 
+    from runners.checkpoint import CHECKPOINT
     from runners.train import train
 
     if config.device.startswith("cuda") and not torch.cuda.is_available():

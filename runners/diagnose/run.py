@@ -10,10 +10,9 @@ import torch
 
 from nas.plan import max_loops
 from nas.spec import ArchSpec
+from runners.checkpoint import CHECKPOINT, RESULT, load
 
 from .measures import Evaluator, interventions, traces, transport, truncation
-
-CHECKPOINT, RESULT = "checkpoint.pt", "result.json"
 
 
 @dataclass
@@ -41,7 +40,7 @@ def load_run(path: str | Path, spec: str | Path | None = None, task: str | None 
     ckpt_path = path / CHECKPOINT if path.is_dir() else path
     if not ckpt_path.is_file():
         raise FileNotFoundError(f"{path}: no {CHECKPOINT} (train with --out DIR to write one)")
-    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    ckpt = load(ckpt_path)
     state = ckpt.get("model", ckpt)
     result_path = ckpt_path.parent / RESULT
     result = TrainResult.model_validate_json(result_path.read_text()) if result_path.is_file() else None

@@ -19,6 +19,7 @@ from nas.cost import DEFAULT_SEQ_LEN, cost, unique_params
 from nas.load import dump_yaml, load_spec, resolve
 from nas.lower import lower
 from nas.spec import ArchSpec, MatchSpec
+from runners.checkpoint import CHECKPOINT, RESULT
 
 from . import vendor
 from .pick import Choice, ExportError, Pick, choose
@@ -167,14 +168,13 @@ def _finish(out: Path, arch: ArchSpec, scale_src: ArchSpec, *, loops, how, state
 
 
 def _load_state(path: Path) -> dict:
-    import torch
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise ExportError(f"no checkpoint at {path}") from None
-    except Exception as exc:  # a torn or foreign file: torch raises many kinds
-        raise ExportError(f"cannot read checkpoint {path}: {exc.__class__.__name__}") from None
-    state = ckpt.get("model", ckpt) if isinstance(ckpt, dict) else None
+    """A checkpoint's state_dict; a file that does not load is a CheckpointError."""
+    from runners.checkpoint import load
+
+    if not path.exists():
+        raise ExportError(f"no checkpoint at {path}")
+    ckpt = load(path)
+    state = ckpt.get("model", ckpt)
     if not isinstance(state, dict) or not state:
         raise ExportError(f"{path} holds no state_dict (expected a trainer checkpoint with key 'model')")
     return state
@@ -186,7 +186,7 @@ def _proxy_arch(arch: ArchSpec, ckpt: Path, state: dict) -> ArchSpec:
     vocabulary."""
     from runners.train import TrainResult, with_vocab
 
-    result = ckpt.parent / "result.json"
+    result = ckpt.parent / RESULT
     if result.is_file():
         return TrainResult.model_validate_json(result.read_text()).arch
     embed = state.get("embed.weight", state.get("_orig_mod.embed.weight"))
@@ -218,7 +218,7 @@ def export_trial(exp_dir: str | Path, out: str | Path, *, trial: str | None = No
     how = _how(choice)
     state = None
     if with_weights:
-        ckpt = Path(exp_dir) / "trials" / choice.trial.id / "checkpoint.pt"
+        ckpt = Path(exp_dir) / "trials" / choice.trial.id / CHECKPOINT
         if not ckpt.is_file():
             raise ExportError(f"trial {choice.trial.id} has no checkpoint ({ckpt}); export without --with-weights")
         state = _load_state(ckpt)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from pydantic import ValidationError
 
 from builders.model import LoopLM, build_model
@@ -17,9 +16,8 @@ from nas.oneshot import supernet
 from nas.space import Space
 from nas.spec import ArchSpec
 from runners.tasks import make_task
-from runners.train import CHECKPOINT, TrainConfig, TrainResult, train, with_vocab
-
-RESULT = "result.json"
+from runners.checkpoint import CHECKPOINT, RESULT, load
+from runners.train import TrainConfig, TrainResult, train, with_vocab
 
 
 class OneShotError(ValueError):
@@ -78,10 +76,8 @@ def load_supernet(space: Space, out: Path) -> tuple[LoopLM, ArchSpec]:
     task = make_task(config.task, **config.task_params)
     arch = with_vocab(supernet(space), task.vocab_size)
     model = build_model(arch, backend=config.backend, device=config.device)
-    ckpt = torch.load(out / CHECKPOINT, map_location=config.device, weights_only=False)
-    model.load_state_dict(ckpt["model"])
+    model.load_state_dict(load(out / CHECKPOINT)["model"])
     return model.eval(), arch
 
 
-__all__ = ["OneShotError", "supernet_config", "eval_task", "train_supernet", "load_supernet",
-           "RESULT"]
+__all__ = ["OneShotError", "supernet_config", "eval_task", "train_supernet", "load_supernet"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from nas.spec import ArchSpec, SwitchSpec
+from runners.checkpoint import load
 
 _LOOP_TABLES = ("rho", "index_emb", "budget_emb")
 
@@ -71,8 +72,8 @@ def inherit(model: torch.nn.Module, target: ArchSpec, state: dict[str, torch.Ten
 
 def load_source(path: str | Path) -> tuple[ArchSpec, dict[str, torch.Tensor]]:
     """A trainer checkpoint (or an extracted sub-network's weights): its spec and tensors."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    if not isinstance(ckpt, dict) or "model" not in ckpt or "arch" not in ckpt:
+    ckpt = load(path)
+    if "model" not in ckpt or "arch" not in ckpt:
         raise ValueError(f"{path} is not a loopnas checkpoint (no saved spec and weights)")
     return ArchSpec.model_validate(ckpt["arch"]), ckpt["model"]
 

@@ -119,11 +119,12 @@ def _measure_serving(objectives: list[dict], arch, config, checkpoint: Path, mea
     from builders.model import build_model
     from runners.bench.measure import for_serving
     from runners.bench.serving import serving_values
+    from runners.checkpoint import load
 
     device = torch.device(config.device)
     dtype = torch.bfloat16 if device.type == "cuda" and config.dtype == "bfloat16" else torch.float32
     model = build_model(arch, backend=config.backend, device=device)
-    model.load_state_dict(torch.load(checkpoint, map_location=device, weights_only=False)["model"])
+    model.load_state_dict(load(checkpoint)["model"])
     served, _ = for_serving(model, dtype)
     elastic = [m for m in measured if m["k"] is not None]
     for m in elastic or measured:

@@ -1,0 +1,95 @@
+"""The one place loopnas writes and reads checkpoints.
+
+A checkpoint holds plain data only: tensors, numbers, strings, and dicts, lists and tuples
+of them (specs and configs as their JSON dumps). So :func:`load` always unpickles with
+``weights_only=True``, and a checkpoint that would run code when loaded is refused, never
+executed: a checkpoint is as safe to open as the safetensors an export writes. torch is
+imported inside the functions, so the CLI can name :class:`CheckpointError` without it.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+CHECKPOINT = "checkpoint.pt"
+RESULT = "result.json"
+_PLAIN = (str, bytes, int, float, bool, type(None))
+
+
+class CheckpointError(ValueError):
+    """A file that cannot be loaded as a loopnas checkpoint: one line, exit code 2."""
+
+
+def _plain(value: Any, where: str) -> Any:
+    """``value`` as data the weights-only unpickler accepts: numpy scalars become Python
+    numbers, pydantic models their JSON dumps; anything else unknown is refused here, so a
+    checkpoint that could not be loaded is never written. Unchanged containers are kept as
+    they are (a state_dict keeps its ``_metadata``)."""
+    import torch
+    from pydantic import BaseModel
+
+    if type(value) in _PLAIN or isinstance(value, (torch.Tensor, torch.dtype, torch.device, torch.Size)):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        items = {_plain(k, where): _plain(v, f"{where}.{k}") for k, v in value.items()}
+        same = type(value) in (dict, OrderedDict) and all(
+            k2 is k and v2 is v for (k2, v2), (k, v) in zip(items.items(), value.items()))
+        return value if same else items
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        same = type(value) in (list, tuple) and all(a is b for a, b in zip(items, value))
+        return value if same else (tuple if isinstance(value, tuple) else list)(items)
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():  # a numpy scalar
+        return value.item()
+    raise TypeError(f"checkpoint field {where}: {type(value).__name__} is not plain data "
+                    "(tensors, numbers, strings, dicts, lists)")
+
+
+def save(path: str | Path, payload: dict[str, Any]) -> None:
+    """Write atomically: a crash mid-write never leaves a torn checkpoint."""
+    import torch
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(_plain(payload, "checkpoint"), tmp)
+    os.replace(tmp, path)
+
+
+def load(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """The dict saved at ``path``, unpickled with ``weights_only=True``. A missing,
+    unreadable, torn or foreign file, or one holding objects that would run code, is a
+    :class:`CheckpointError` naming ``path``."""
+    import torch
+
+    if not Path(path).is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        with warnings.catch_warnings():  # a foreign pickle's protocol: the error below says it
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "GLOBAL" in str(exc):  # the weights-only unpickler met a class or function
+            raise CheckpointError(f"{path}: refused: this checkpoint holds Python objects that "
+                                  "would run code when loaded (loopnas loads weights only)") from None
+        raise CheckpointError(_unreadable(path, exc)) from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except Exception as exc:  # a torn or foreign file: torch raises many kinds
+        raise CheckpointError(_unreadable(path, exc)) from None
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"{path}: holds a {type(ckpt).__name__}, not a checkpoint dict")
+    return ckpt
+
+
+def _unreadable(path: str | Path, exc: Exception) -> str:
+    return (f"{path}: not a readable checkpoint (torn, truncated, or not written by torch.save; "
+            f"{type(exc).__name__})")
+
+
+__all__ = ["CHECKPOINT", "RESULT", "CheckpointError", "save", "load"]
