@@ -8,6 +8,7 @@ regions with a shared residual gate), ``loops.{r}.*`` (per-region extras).
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import math
 from collections.abc import Iterator, Sequence
@@ -17,6 +18,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from nas.plan import (
     Loop, Node, Step, check_loops, iteration_overrides, max_loops, plan, total_applications,
@@ -103,7 +105,16 @@ class LoopLM(nn.Module):
     ``forward(input_ids, labels=None, loops=None)``: ``labels`` are aligned with the
     inputs (``labels[:, t]`` is the target of position ``t``; -100 is ignored), as the
     proxy tasks produce them; ``loops=k`` runs every loop region ``k`` times.
+
+    Activation checkpointing (:meth:`set_activation_checkpointing`): in training, every
+    sublayer application (each iteration of a looped one) keeps only its input and is
+    recomputed in the backward. The attribute names are transformers' own
+    (``gradient_checkpointing``, ``_gradient_checkpointing_func``), so an exported model's
+    ``gradient_checkpointing_enable()`` switches exactly this on.
     """
+
+    gradient_checkpointing: bool = False
+    _gradient_checkpointing_func = staticmethod(functools.partial(checkpoint, use_reentrant=False))
 
     def __init__(self, arch: ArchSpec, backend: Literal["torch", "fla"] = "torch"):
         super().__init__()
@@ -165,6 +176,27 @@ class LoopLM(nn.Module):
             self._plans[loops] = plan(self.arch, loops)
         return self._plans[loops]
 
+    def set_activation_checkpointing(self, enabled: bool = True, fn=None) -> None:
+        """Recompute every sublayer application in the backward instead of keeping its
+        activations (same loss and gradients; RNG state is replayed). ``fn``: the
+        checkpoint function, ``fn(step, h, *args, **kwargs)`` (default: non-reentrant
+        ``torch.utils.checkpoint.checkpoint``)."""
+        self.gradient_checkpointing = enabled
+        if fn is not None:
+            self._gradient_checkpointing_func = fn
+
+    def _apply_step(self, step, h: torch.Tensor, *args, **kwargs):
+        """``step(h, ...)``, checkpointed when that is on and a graph is being built. Only
+        non-reentrant checkpointing is exact here: a step's outputs (auxiliary losses, MoE
+        routings replayed by later iterations) and inputs are not all plain tensors."""
+        if not (self.gradient_checkpointing and self.training and torch.is_grad_enabled()):
+            return step(h, *args, **kwargs)
+        fn = self._gradient_checkpointing_func
+        if getattr(fn, "keywords", {}).get("use_reentrant", False):
+            raise ValueError("loopnas checkpoints non-reentrantly (sublayers return auxiliary losses "
+                             "and MoE routings): pass use_reentrant=False")
+        return fn(step, h, *args, **kwargs)
+
     def _overrides(self, layer: int, run: _Run) -> dict:
         return iteration_overrides(self.arch, layer, run.iters.items())  # outermost first
 
@@ -177,16 +209,16 @@ class LoopLM(nn.Module):
                 kw["option"] = option
             if run.cache is not None:
                 kw["cache"], kw["commit"] = run.cache.mixer_cache(addr.layer, tuple(run.iters.items()), run.final())
-            h, aux = block.mixer_step(h, **kw)
+            h, aux = self._apply_step(block.mixer_step, h, **kw)
             if self.training:  # DSA's indexer loss, wherever its leaf sits (parallel, switch)
                 run.aux += [a for a in aux if a.requires_grad]
             return h
         if not block.is_moe:
-            return block.run_ffn(h)
+            return self._apply_step(block.ffn_step, h)[0]
         replay_key = next(((r, addr.layer) for r, t in run.iters.items()
                            if self.arch.loops[r].routing_replay and t > 0), None)
         routing = run.replay.get(replay_key) if replay_key else None
-        h, aux, used = block.ffn_step(h, routing=routing)
+        h, aux, used = self._apply_step(block.ffn_step, h, routing=routing)
         for r, t in run.iters.items():
             if self.arch.loops[r].routing_replay and t == 0:
                 run.replay[(r, addr.layer)] = used

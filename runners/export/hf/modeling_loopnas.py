@@ -11,6 +11,10 @@ model shifts them; -100 is ignored) and returns ``.loss`` and ``.logits``; the p
 layers are ``model.model.layers`` (a ``ModuleList``; a looped model applies some of them
 several times per forward); a model built on the meta device and then initialised
 (``to_empty`` + ``init_weights``) gets loopnas's own initialisation.
+``gradient_checkpointing_enable()`` (``Trainer(gradient_checkpointing=True)``) turns on
+loopnas's own activation checkpointing (``LoopLM.set_activation_checkpointing``): every
+sublayer application, each loop iteration included, is recomputed in the backward; loss
+and gradients are those of the plain run. It must be non-reentrant (the default).
 
 Generation: ``generate(..., use_cache=True)`` (the default) runs loopnas's incremental
 decoding, ``LoopLM.prefill`` once on the prompt and ``LoopLM.decode`` once per new token,
@@ -79,7 +83,7 @@ class LoopnasPreTrainedModel(PreTrainedModel):
     config_class = LoopnasConfig
     base_model_prefix = "model"
     _no_split_modules = ["Block"]
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True  # LoopLM carries transformers' flag names
 
     def _reference(self) -> LoopLM:
         """A freshly initialised loopnas model on the CPU in float32: its values are the init."""
