@@ -1,7 +1,7 @@
 """Proxy tasks: synthetic probes and text language modelling behind one ``Task`` protocol.
 
 ``make_task(name, **params)`` builds any registered task: ``state_tracking``, ``mqar``,
-``s5``, ``lm``.
+``s5``, ``lm``, ``hop_induction``, ``pointer_chase``.
 """
 from runners.tasks.base import (
     IGNORE_INDEX,
@@ -14,8 +14,10 @@ from runners.tasks.base import (
     split_generator,
     task_names,
 )
+from runners.tasks.hop_induction import HopInduction
 from runners.tasks.lm import ByteTokenizer, HFTokenizer, LMTask, load_tokenizer, pack
 from runners.tasks.mqar import MQAR, ZOOLOGY_TEST, ZOOLOGY_TRAIN
+from runners.tasks.pointer_chase import PointerChase
 from runners.tasks.state_tracking import CURRICULUM_STAGES, Curriculum, StateTracking
 from runners.tasks.word_problem import PermutationWordProblem, permutation_table
 
@@ -27,8 +29,10 @@ __all__ = [
     "ByteTokenizer",
     "Curriculum",
     "HFTokenizer",
+    "HopInduction",
     "LMTask",
     "PermutationWordProblem",
+    "PointerChase",
     "StateTracking",
     "Task",
     "ZOOLOGY_TEST",
