@@ -27,8 +27,10 @@ class Vary(str, Enum):
 SourceArg = Annotated[Path, typer.Argument(
     help="An experiment directory (with --trial or --pick), or an architecture spec (.yaml or a shipped name).",
     show_default=False)]
-ExportOutOpt = Annotated[Path, typer.Option("--out", "-o", help="The export directory (new, or a previous export).",
-                                            show_default=False)]
+ExportOutOpt = Annotated[Path, typer.Option(
+    "--out", "-o", help="The export directory: new, empty, or an earlier export (only the files "
+                        "an export writes are replaced; nothing else in it is touched).",
+    show_default=False)]
 TrialOpt = Annotated[str | None, typer.Option("--trial", help="Export this trial (e.g. t0007).")]
 PickOpt = Annotated[PickRule | None, typer.Option("--pick", help="Pick a trial from the Pareto front.")]
 ScaleOpt = Annotated[float | None, typer.Option(

@@ -6,13 +6,20 @@ and flat copies of the loopnas modules they need, see :mod:`runners.export.vendo
 ``model.safetensors`` when weights are asked for, ``spec.yaml``, ``cost.json`` and a
 ``README.md``. ``--scale-to`` adds ``scaled/``: the same kind of directory, without
 weights, for the architecture resized to a parameter target by the budget matcher.
+``loopnas_export.json`` lists the files the export wrote: exporting again into the same
+directory replaces those, deletes the ones it no longer writes, and leaves everything else
+(a ``.git``, notes) alone.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Iterator
 
 from nas.budget import match_budget
 from nas.cost import DEFAULT_SEQ_LEN, cost, unique_params
@@ -31,6 +38,11 @@ CODE = ("configuration_loopnas.py", "modeling_loopnas.py")
 AUTO_MAP = {"AutoConfig": "configuration_loopnas.LoopnasConfig",
             "AutoModelForCausalLM": "modeling_loopnas.LoopnasForCausalLM"}
 SCALE_TOLERANCE = 0.02
+MANIFEST = "loopnas_export.json"  # the files an export wrote: all that a re-export may delete
+_LEGACY = ("config.json", *CODE, vendor.MANIFEST, "model.safetensors", "spec.yaml", "cost.json",
+           "README.md")  # what an export wrote before it kept a manifest
+_STAGE = ".loopnas-export-"
+_SYSTEM = (Path("/proc"), Path("/sys"))
 _VARIED = {"scale": "width, head counts and FFN widths grown together, head dims kept",
            "width": "the width varied alone by the loopnas budget matcher",
            "ffn_hidden": "the FFN width varied alone by the loopnas budget matcher",
@@ -71,20 +83,81 @@ def config_dict(arch: ArchSpec, loops: int | None, dtype: str = "float32") -> di
             "use_cache": True, "dtype": dtype}
 
 
-def _prepare(out: Path) -> None:
-    """An empty directory, or a previous export (replaced); anything else is refused."""
+def _is_export(folder: Path) -> bool:
+    try:
+        return json.loads((folder / "config.json").read_text()).get("model_type") == "loopnas"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _safe_name(name: object) -> bool:
+    """A manifest entry names a file inside the export, never outside it."""
+    path = PurePosixPath(name) if isinstance(name, str) else None
+    return path is not None and bool(path.parts) and not path.is_absolute() and ".." not in path.parts
+
+
+def _previous(out: Path) -> list[str]:
+    """The files an earlier export wrote into ``out``: its manifest's list (an export from
+    before the manifest: the files every export writes). A new or empty directory has
+    none; a file, a directory holding anything but an export, /proc or /sys are refused."""
+    resolved = out.resolve()
+    for root in _SYSTEM:
+        if resolved.is_relative_to(root):
+            raise ExportError(f"--out {out} is under {root}; choose a directory of your own")
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        cfg = out / "config.json"
-        try:
-            ours = json.loads(cfg.read_text()).get("model_type") == "loopnas"
-        except (OSError, ValueError):
-            ours = False
-        if not ours:
-            raise ExportError(f"--out {out} is not empty and holds no loopnas export; choose a new directory")
-        shutil.rmtree(out)
+    if not out.is_dir() or all(p.name.startswith(_STAGE) for p in out.iterdir()):
+        return []
+    try:
+        files = json.loads((out / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        files = None
+    if isinstance(files, list):
+        return [f for f in files if _safe_name(f)]
+    if _is_export(out):
+        scaled = [f"scaled/{n}" for n in _LEGACY] if _is_export(out / "scaled") else []
+        return [n for n in [*_LEGACY, *scaled] if (out / n).is_file()]
+    raise ExportError(f"--out {out} is not empty and holds no loopnas export; choose a new directory")
+
+
+def _write_manifest(out: Path, files: list[str]) -> None:
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps({"format": 1, "files": sorted(set(files))}, indent=1) + "\n")
+    os.replace(tmp, out / MANIFEST)
+
+
+def _remove(out: Path, name: str) -> None:
+    """Delete one file an earlier export wrote, and its folders if that left them empty."""
+    path = out / name
+    if not path.parent.resolve().is_relative_to(out.resolve()):
+        return  # a folder replaced by a link: what it points at is not the export's
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    for folder in path.relative_to(out).parents[:-1]:
+        with contextlib.suppress(OSError):  # not empty: it holds someone else's files
+            (out / folder).rmdir()
+
+
+@contextlib.contextmanager
+def _export_dir(out: Path) -> Iterator[Path]:
+    """A staging folder to write an export into; on success its files replace ``out``'s,
+    and of an earlier export's files only those this one no longer writes are deleted:
+    nothing else in ``out`` is touched, and a failed export leaves ``out`` as it was."""
+    previous = _previous(out)
     out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=_STAGE, dir=out))
+    try:
+        yield stage
+        written = [p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file()]
+        _write_manifest(out, [*previous, *written])  # an interrupted move leaves no file unlisted
+        for name in written:
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(stage / name, out / name)
+        for name in sorted(set(previous) - set(written)):
+            _remove(out, name)
+        _write_manifest(out, written)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)  # this export's own staging folder
 
 
 def write_code(out: Path) -> list[str]:
@@ -119,8 +192,16 @@ def _save_weights(path: Path, arch: ArchSpec, state: dict) -> str:
 
 def write_dir(out: Path, arch: ArchSpec, *, loops: int | None, how: str, state: dict | None,
               seq_len: int, extra_readme: str = "") -> None:
-    """One loadable directory: config, code, spec, cost sheet, README, optional weights."""
-    _prepare(out)
+    """One loadable directory, new or replacing an earlier export (:func:`_export_dir`)."""
+    with _export_dir(out) as stage:
+        _write_files(stage, arch, loops=loops, how=how, state=state, seq_len=seq_len,
+                     extra_readme=extra_readme)
+
+
+def _write_files(out: Path, arch: ArchSpec, *, loops: int | None, how: str, state: dict | None,
+                 seq_len: int, extra_readme: str = "") -> None:
+    """Config, code, spec, cost sheet, README, optional weights."""
+    out.mkdir(parents=True, exist_ok=True)
     write_code(out)
     dtype = _save_weights(out / "model.safetensors", arch, state) if state is not None else "float32"
     (out / "config.json").write_text(json.dumps(config_dict(arch, loops, dtype), indent=2) + "\n")
@@ -159,11 +240,12 @@ def _finish(out: Path, arch: ArchSpec, scale_src: ArchSpec, *, loops, how, state
         note = (f"`scaled/` holds the same architecture resized for full training: {scaled.params:,} "
                 f"unique parameters for a target of {scaled.target:,.0f} ({scaled.miss:.2%} off; "
                 f"{_VARIED[vary]}); no weights.")
-    write_dir(out, arch, loops=loops, how=how, state=state, seq_len=seq_len, extra_readme=note)
-    if scaled is not None:
-        write_dir(out / "scaled", scaled.arch, loops=loops, seq_len=seq_len, state=None,
-                  how=f"Resized to {scaled.target:,.0f} unique parameters ({_VARIED[vary]}) from the "
-                      f"architecture chosen as follows. {how}")
+    with _export_dir(out) as stage:
+        _write_files(stage, arch, loops=loops, how=how, state=state, seq_len=seq_len, extra_readme=note)
+        if scaled is not None:
+            _write_files(stage / "scaled", scaled.arch, loops=loops, seq_len=seq_len, state=None,
+                         how=f"Resized to {scaled.target:,.0f} unique parameters ({_VARIED[vary]}) "
+                             f"from the architecture chosen as follows. {how}")
     return Export(out, arch, loops, state is not None, scaled, how)
 
 
