@@ -49,13 +49,13 @@ def test_conditioning_is_zero_at_the_switch_then_trains(tmp_path):
     a = arch("tiny_elr")
     cfg = config(checkpoint_every=1, eval_every=1)
     result = train(a, cfg, out_dir=tmp_path)
-    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["model"]
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["model"]
     tables = [k for k in state if k.endswith(("index_emb", "budget_emb"))]
     assert tables, "tiny_elr is conditioned"
     assert all(state[k].abs().sum() > 0 for k in tables), "they train after the switch"
     first = train(a, cfg, out_dir=tmp_path / "b", callback=lambda step, m: step < 3)
     assert first.steps == 3 and first.switch_step is None and first.elastic == []
-    before = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)["model"]
+    before = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["model"]
     assert all(torch.equal(before[k], torch.zeros_like(before[k])) for k in tables)
     assert first.depth_rows == {"1": 3 * 8}
     assert result.switch_step == 3 and [p.k for p in result.elastic] == [1, 2, 3, 4]

@@ -75,7 +75,7 @@ def perturb_loop_parameters(path: Path, seed: int) -> None:
     """Three steps barely move the zero-initialised loop parameters (ρ, gates, conditioning;
     an elastic run may not even reach its mixed-depth phase), and zeros would round-trip
     even if they were lost: give them values the exported model must reproduce."""
-    ckpt = torch.load(path, weights_only=False)
+    ckpt = torch.load(path, weights_only=True)
     gen = torch.Generator().manual_seed(seed)
     for name, value in ckpt["model"].items():
         if name == "rho" or name.startswith("loops."):
@@ -104,14 +104,14 @@ def round_trip(trained, tmp_path_factory):
     proc = subprocess.run([sys.executable, str(LOADER), str(work / "job.json"), str(work / "out.pt")],
                           cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return exports, ids, torch.load(work / "out.pt", weights_only=False)
+    return exports, ids, torch.load(work / "out.pt", weights_only=True)
 
 
 def loopnas_model(trained: Path, i: int):
     """The trial's weights in loopnas's own model (the arch of the trainer's result.json)."""
     result = json.loads((trained / "trials" / f"t{i:04d}" / "result.json").read_text())
     model = build_model(ArchSpec.model_validate(result["arch"]), backend="torch")
-    ckpt = torch.load(trained / "trials" / f"t{i:04d}" / "checkpoint.pt", weights_only=False)
+    ckpt = torch.load(trained / "trials" / f"t{i:04d}" / "checkpoint.pt", weights_only=True)
     model.load_state_dict(ckpt["model"])
     return model.eval()
 
@@ -396,7 +396,7 @@ def generated(tmp_path_factory, one_thread):
                           cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     models = {name: exported_loopnas(e) for name, e in exports.items()}
-    return models, ids, torch.load(work / "out.pt", weights_only=False)
+    return models, ids, torch.load(work / "out.pt", weights_only=True)
 
 
 def test_generate_prefills_once_then_decodes_one_token_per_step(generated):
