@@ -42,6 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ES_SPACE = ROOT / "benchmarks" / "spaces" / "bench_es.yaml"
+sys.path.insert(0, str(ROOT))
+from nas.noise import kendall_tau  # noqa: E402  (Kendall's τ-b: one definition)
 
 # One small attention model: the same architecture in every overhead trial.
 OVERHEAD_BASE = {
@@ -65,32 +67,6 @@ def _write_space(data: dict, folder: Path, name: str):
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return load_space(path)
-
-
-def kendall_tau(x: list[float], y: list[float]) -> float:
-    """Kendall's tau-b (ties in either ranking handled as scipy does); nan if undefined."""
-    try:
-        from scipy.stats import kendalltau
-    except ImportError:
-        kendalltau = None
-    if kendalltau is not None:
-        return float(kendalltau(x, y).statistic)
-    conc = disc = only_x = only_y = 0
-    for i in range(len(x)):
-        for j in range(i + 1, len(x)):
-            dx, dy = (x[i] > x[j]) - (x[i] < x[j]), (y[i] > y[j]) - (y[i] < y[j])
-            if dx == 0 and dy == 0:
-                continue
-            if dx == 0:
-                only_x += 1
-            elif dy == 0:
-                only_y += 1
-            elif dx == dy:
-                conc += 1
-            else:
-                disc += 1
-    denom = math.sqrt((conc + disc + only_x) * (conc + disc + only_y))
-    return (conc - disc) / denom if denom else float("nan")
 
 
 def calibrate(steps_probe: int) -> float:

@@ -53,6 +53,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from nas.noise import kendall_tau  # noqa: E402
 from nas.spec import ArchSpec  # noqa: E402
 from runners.sweep.records import read_trials  # noqa: E402
 from runners.sweep.run import run_sweep  # noqa: E402
@@ -95,17 +96,6 @@ LOOP_SPACE = {
     "proxy": {"task": "s5", "task_params": {"seq_len": 8, "degree": 3},
               "steps": 400, "batch_size": 32, "lr": 0.01, "eval_every": 1000, "eval_batches": 8},
 }
-
-
-def kendall_tau(a: list[float], b: list[float]) -> float:
-    """τ-b: concordant minus discordant pairs over the pairs not tied (ties are rare here)."""
-    s = n_a = n_b = 0
-    for i, j in itertools.combinations(range(len(a)), 2):
-        da, db = a[i] - a[j], b[i] - b[j]
-        s += (da > 0) - (da < 0) if db > 0 else (da < 0) - (da > 0) if db < 0 else 0
-        n_a += da != 0
-        n_b += db != 0
-    return s / (n_a * n_b) ** 0.5 if n_a and n_b else float("nan")
 
 
 def permutation_p(a: list[float], b: list[float]) -> float:

@@ -43,15 +43,3 @@ def test_bench_sweep_quick(tmp_path):
     assert all(_finite(r["tau"]) and -1.0 <= r["tau"] <= 1.0 for r in rows)
 
 
-def test_kendall_tau_b_without_scipy(monkeypatch):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_sweep", ROOT / "benchmarks" / "bench_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setitem(sys.modules, "scipy", None)  # the fallback formula, as without scipy
-    monkeypatch.setitem(sys.modules, "scipy.stats", None)
-    assert mod.kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == 4 / 6
-    assert abs(mod.kendall_tau([1, 1, 2], [1, 2, 3]) - 2 / math.sqrt(6)) < 1e-12  # tau-b, as scipy
-    assert mod.kendall_tau([1, 2, 3], [3, 2, 1]) == -1.0
-    assert math.isnan(mod.kendall_tau([1, 1], [1, 2]))

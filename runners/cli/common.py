@@ -19,6 +19,7 @@ SpecArg = Annotated[Path, typer.Argument(help="Architecture spec (.yaml), or the
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Output file or directory.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
+SeedsOpt = Annotated[int | None, typer.Option("--seeds", min=1, help="Seed replicates per candidate (default: the space's proxy.seeds, else 1).")]
 
 
 def spec_path(spec: Path) -> Path:

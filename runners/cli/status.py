@@ -14,12 +14,17 @@ from .common import JsonOpt, UsageError, console
 STATUSES = ("complete", "running", "pruned", "failed", "timeout", "infeasible", "duplicate")
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.4g}"
+def _fmt(x: float, se: float | None = None) -> str:
+    return f"{x:.4g}" if not se else f"{x:.4g} ± {se:.2g}"
+
+
+def _se(point, objectives) -> dict[str, float | None]:
+    """Each objective's standard error: 0 for cost-model values, None when unknown."""
+    return {o.name: point.se.get(o.name) if o.measured else 0.0 for o in objectives}
 
 
 def status_data(exp_dir: Path) -> dict:
-    from runners.sweep.front import front
+    from runners.sweep.front import front, noise_sentence, quality_name
     from runners.sweep.records import read_experiment, read_trials
 
     exp = read_experiment(exp_dir)
@@ -28,9 +33,12 @@ def status_data(exp_dir: Path) -> dict:
     points = front(records, exp.objectives)
     elastic = sum(1 for r in records if r.status == "complete" and len(r.points) > 1)
     return {"experiment": exp.name, "dir": str(exp_dir), "backend": exp.backend, "requested": exp.trials,
-            **counts, "elastic_trials": elastic,
+            **counts, "elastic_trials": elastic, "seeds": exp.seeds,
             "objectives": [o.model_dump() for o in exp.objectives],
-            "front": [{"trial": p.trial, "k": p.k, "values": p.values, "summary": p.summary} for p in points],
+            "noise": noise_sentence(points, quality_name(exp.objectives), exp.seeds),
+            "front": [{"trial": p.trial, "k": p.k, "values": p.values, "se": _se(p, exp.objectives),
+                       "n": p.n, "p_front": p.p_front, "tied": p.tied, "summary": p.summary}
+                      for p in points],
             "failures": [{"trial": r.id, "status": r.status, "reason": r.reason} for r in records
                          if r.status in ("failed", "timeout")]}
 
@@ -50,11 +58,18 @@ def print_status(exp_dir: Path) -> None:
         for o in data["objectives"]:
             arrow = "↑" if o["direction"] == "maximize" else "↓"
             table.add_column(f"{o['name']} {arrow}", justify="right")
+        noisy = data["seeds"] > 1
+        if noisy:
+            table.add_column("p_front", justify="right")
         table.add_column("architecture")
         for p in data["front"]:
+            extra = [f"{p['p_front']:.2f}{' ≈' if p['tied'] else ''}" if p["p_front"] is not None else "?"] if noisy else []
             table.add_row(p["trial"], "" if p["k"] is None else str(p["k"]),
-                          *[_fmt(p["values"][o["name"]]) for o in data["objectives"]], p["summary"] or "")
+                          *[_fmt(p["values"][o["name"]], p["se"][o["name"]]) for o in data["objectives"]],
+                          *extra, p["summary"] or "", )
         console.print(table)
+        tied = any(p["tied"] for p in data["front"])
+        console.print(data["noise"] + (" (≈: within noise of a neighbour)" if tied else ""), highlight=False)
     for f in data["failures"][:5]:
         console.print(f"{f['trial']} {f['status']}: {f['reason']}", highlight=False, markup=False)
 

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from . import app
-from .common import OutOpt, UsageError, console
+from .common import OutOpt, SeedsOpt, UsageError, console
 
 SpaceArg = Annotated[Path, typer.Argument(help="Space file (.yaml or .py), or a shipped space name (quickstart).", show_default=False)]
 
@@ -20,6 +20,7 @@ def sweep_cmd(
     trials: Annotated[int | None, typer.Option("--trials", help="Trials to run (default: the space's search.trials).", min=1)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted sweep in --out.")] = False,
     address: Annotated[str | None, typer.Option("--address", help="Join an existing Ray cluster (auto or host:port).")] = None,
+    seeds: SeedsOpt = None,
 ) -> None:
     """Search a space and write an experiment directory (default runs/<space name>).
     A one-shot space (with a oneshot: section) trains one supernet, then evaluates its
@@ -28,6 +29,7 @@ def sweep_cmd(
     Examples:
       loopnas sweep spaces/quickstart.yaml
       loopnas sweep quickstart --backend ray --out runs/qs
+      loopnas sweep quickstart --seeds 5 --out runs/qs5
       loopnas sweep quickstart --out runs/qs --resume
       loopnas sweep my_space.yaml --backend ray --address auto
       loopnas sweep spaces/oneshot_placement.yaml --out runs/os
@@ -38,7 +40,8 @@ def sweep_cmd(
 
     loaded = load_space(space)
     try:
-        path = run_sweep(loaded, out=out, backend=backend, trials=trials, resume=resume, address=address)
+        path = run_sweep(loaded, out=out, backend=backend, trials=trials, resume=resume, address=address,
+                         seeds=seeds)
     except SweepError as exc:
         raise UsageError(str(exc)) from None
     except KeyboardInterrupt:

@@ -117,9 +117,11 @@ class OneShotSearch:
     def _next(self) -> None:
         """Ask the study for its next trial (an enqueued one) and settle it."""
         trial = self.sweep.study.ask()
-        job = self.sweep.gate(trial)
-        if job is not None:
-            record = self.sweep.records[job["id"]]
+        jobs = self.sweep.gate(trial)
+        if jobs:
+            self.sweep.queue.extend(jobs)
+            job = self.sweep.next_job()  # the gated candidate's one replicate
+            record = self.sweep.records[job["trial"]]
             names = one.mixer_names(self.space)
             pattern = [names.index(record.params[f"layer{i}"]) for i in range(self.net.L)]
             start = time.time()

@@ -30,7 +30,9 @@ class Report:
 def write_csv(exp: Experiment, path: Path) -> Path:
     """The experiment's front, one row per point, cheapest projection compute first."""
     names = [o.name for o in exp.objectives]
-    fields = ["trial", "k", "knee", *names, "unique_params", "projection_flops_per_token",
+    measured = [o.name for o in exp.objectives if o.measured]
+    fields = ["trial", "k", "knee", *names, *(f"{n}_se" for n in measured), "seeds", "p_front",
+              "within_noise", "unique_params", "projection_flops_per_token",
               "kv_cache_bytes", "state_bytes", "summary", "params"]
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
@@ -38,7 +40,9 @@ def write_csv(exp: Experiment, path: Path) -> Path:
         for i in sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label)):
             r = exp.rows[i]
             writer.writerow([r.trial.id, "" if r.k is None else r.k, int(i == exp.knee),
-                             *(r.values[n] for n in names), int(r.params), int(r.compute),
+                             *(r.values[n] for n in names), *(r.se.get(n, "") for n in measured), r.n,
+                             "" if r.p_front is None else r.p_front, "" if r.tied is None else int(r.tied),
+                             int(r.params), int(r.compute),
                              r.sheet["kv_cache_bytes"], r.sheet["state_bytes"], r.summary,
                              json.dumps(r.trial.params, sort_keys=True)])
     return path
@@ -54,7 +58,7 @@ def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
     from .charts import (
         agreement_figure, front_figure, hypervolume_figure, importance_figure, parallel_figure,
     )
-    from .importance import param_importance
+    from .importance import noise_floor, param_importance
     from .static import front_png, hypervolume_png
 
     inlined: list[bool] = []
@@ -89,7 +93,8 @@ def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
     importance, why = param_importance(exp)
     parallel = parallel_figure(exp)
     body += _section("Sampled parameters", [
-        html(importance_figure(importance)) if importance else missing(f"Parameter importance: {why}."),
+        html(importance_figure(importance, noise_floor(exp))) if importance
+        else missing(f"Parameter importance: {why}."),
         html(parallel) if parallel else missing("Parallel coordinates need 2 complete trials "
                                                 "with a varying sampled parameter.")])
     diagrams = {exp.rows[i].trial.id: diagram_uri(exp.rows[i].trial.arch)

@@ -16,8 +16,13 @@ LAYOUT = dict(template="plotly_white", height=480, margin=dict(l=70, r=30, t=90,
               legend=dict(orientation="h", yanchor="bottom", y=1.01, xanchor="right", x=1.0))
 
 
-def _scatter(exp: Experiment, axis: Axis, idx: list[int], **style) -> go.Scatter:
+def _scatter(exp: Experiment, axis: Axis, idx: list[int], bars: bool = True, **style) -> go.Scatter:
+    """Points of ``idx``; ``bars``: ±1 standard error of the quality over seed replicates."""
     rows = [exp.rows[i] for i in idx]
+    errors = [r.error(exp.quality.name) for r in rows]
+    if bars and any(errors):
+        style["error_y"] = dict(type="data", array=errors, visible=True, thickness=1.2, width=4,
+                                color=style.get("marker", {}).get("color", DOMINATED))
     return go.Scatter(x=[axis.value(r) for r in rows],
                       y=[r.values[exp.quality.name] for r in rows],
                       hovertext=[hover(exp, r) for r in rows],
@@ -33,7 +38,7 @@ def _elastic_links(exp: Experiment, axis: Axis) -> list[go.Scatter]:
     traces = []
     for n, idx in enumerate(v for v in by_trial.values() if len(v) > 1):
         idx = sorted(idx, key=lambda i: exp.rows[i].k)
-        traces.append(_scatter(exp, axis, idx, mode="lines", hoverinfo="skip",
+        traces.append(_scatter(exp, axis, idx, bars=False, mode="lines", hoverinfo="skip",
                                line=dict(color=ELASTIC, dash="dot", width=1.5),
                                name="one elastic trial, k = 1…K", legendgroup="elastic",
                                showlegend=n == 0))
@@ -52,12 +57,13 @@ def front_figure(exp: Experiment, axis: Axis) -> go.Figure:
                            line=dict(color=FRONT, width=2.5),
                            marker=dict(color=FRONT, size=12, line=dict(color="black", width=1))))
     if exp.knee is not None:
-        fig.add_trace(_scatter(exp, axis, [exp.knee], mode="markers", name="knee",
+        fig.add_trace(_scatter(exp, axis, [exp.knee], bars=False, mode="markers", name="knee",
                                marker=dict(symbol="star", color=KNEE, size=20,
                                            line=dict(color="black", width=1))))
     xs = [axis.value(r) for r in exp.rows]
     fig.update_layout(**LAYOUT)
-    fig.update_layout(title_text=f"{exp.quality.name} vs {axis.short}")
+    bars = " (±1 s.e. over seeds)" if any(r.se for r in exp.rows) else ""
+    fig.update_layout(title_text=f"{exp.quality.name} vs {axis.short}{bars}")
     fig.update_xaxes(title=f"{axis.title} ({axis.better})", **_ticks(axis, xs))
     fig.update_yaxes(title=quality_title(exp))
     return fig
@@ -103,12 +109,21 @@ def agreement_figure(agreement: list[Agreement]) -> go.Figure:
     return fig
 
 
-def importance_figure(importance: dict[str, float]) -> go.Figure:
+def importance_figure(importance: dict[str, float], floor: float | None = None) -> go.Figure:
+    """fANOVA importance on replicate means; ``floor``: the share of the means' variance that
+    seed noise alone would give (a parameter below it is indistinguishable from noise)."""
     names = sorted(importance, key=importance.get)
+    colors = [FRONT if floor is None or importance[n] > floor else DOMINATED for n in names]
     fig = go.Figure(go.Bar(x=[importance[n] for n in names], y=names, orientation="h",
-                           marker_color=FRONT, hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
-    fig.update_layout(**{**LAYOUT, "height": 180 + 30 * len(names)})
-    fig.update_layout(title_text="parameter importance for the final quality (fANOVA)")
+                           marker_color=colors, hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
+    fig.update_layout(**{**LAYOUT, "height": 200 + 30 * len(names)})
+    title = "parameter importance for the final quality (fANOVA on seed means)"
+    if floor is not None:
+        fig.add_vline(x=min(floor, 1.0), line_dash="dash", line_color="black",
+                      annotation_text=f"seed-noise floor {floor:.2f}", annotation_position="top right")
+    else:
+        title += "; seed noise unknown (one seed)"
+    fig.update_layout(title_text=title)
     fig.update_xaxes(title="share of quality variance", range=[0, 1])
     return fig
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 from pydantic import ValidationError
 
+from nas.noise import kendall_tau
 from nas.pareto import hypervolume, knee_point, pareto_front
+from runners.sweep.front import FrontPoint, front_probabilities, mark_ties, noise_sentence, replicate_rows
 from runners.sweep.records import (
     TRIALS, ExperimentRecord, Objective, TrialRecord, read_experiment, read_trials,
 )
@@ -39,8 +41,12 @@ class Row:
 
     trial: TrialRecord
     k: int | None
-    values: dict[str, float]  # every objective, by name
+    values: dict[str, float]  # every objective, by name (replicate means)
     sheet: dict  # the cost sheet's figures at k (and unique_params)
+    se: dict[str, float] = field(default_factory=dict)  # standard errors; missing: unknown
+    n: int = 1  # replicates
+    p_front: float | None = None  # probability of being on the front (None: noise unknown)
+    tied: bool | None = None  # a front member within seed noise of a neighbour
 
     @property
     def label(self) -> str:
@@ -63,6 +69,10 @@ class Row:
         """Inference memory per sequence: KV cache plus recurrent state."""
         return float(self.sheet["kv_cache_bytes"] + self.sheet["state_bytes"])
 
+    def error(self, name: str) -> float:
+        """The standard error of objective ``name`` (0 when unknown or exact)."""
+        return float(self.se.get(name, 0.0))
+
     def get(self, key: str) -> float:
         """A cost axis (``compute``, ``params``, ``memory``) or an objective's value by name."""
         if key in ("compute", "params", "memory"):
@@ -79,6 +89,7 @@ class Experiment:
     excluded: list[str] = field(default_factory=list)  # why a complete trial's point is left out
     front: list[int] = field(default_factory=list)  # indices into rows
     knee: int | None = None  # index into rows
+    noise: str = ""  # one sentence: are the front's differences beyond seed noise?
 
     @property
     def objectives(self) -> list[Objective]:
@@ -141,7 +152,7 @@ def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) ->
             excluded.append(f"{label}: " + "; ".join(
                 [f"no {n}" for n in missing] + [f"{n} = {values[n]}" for n in bad]))
             continue
-        rows.append(Row(trial, p.k, values, sheet))
+        rows.append(Row(trial, p.k, values, sheet, dict(p.se), p.n))
     return rows, excluded
 
 
@@ -183,7 +194,21 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
         values = exp.matrix()
         exp.front = pareto_front(values, exp.directions).tolist()
         exp.knee = exp.front[knee_point(values[exp.front], exp.directions)]
+        _noise(exp)
     return exp
+
+
+def _noise(exp: Experiment) -> None:
+    """Each row's p_front, the front members' ties and the noise sentence (runners.sweep.front)."""
+    reps = [replicate_rows(r.trial, r.k, exp.objectives, r.values) for r in exp.rows]
+    probs = front_probabilities(reps, exp.directions)
+    order = sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label))
+    members = mark_ties([FrontPoint(exp.rows[i].label, exp.rows[i].k, exp.rows[i].values, None,
+                                    exp.rows[i].se, exp.rows[i].n) for i in order], exp.quality.name)
+    tied = {i: m.tied for i, m in zip(order, members)}
+    exp.rows = [replace(r, p_front=probs[i], tied=tied.get(i)) for i, r in enumerate(exp.rows)]
+    exp.noise = noise_sentence(members, exp.quality.name if exp.quality.quality else None,
+                               exp.record.seeds)
 
 
 def front_2d(exp: Experiment, x: str, direction: str = "minimize") -> list[int]:
@@ -227,20 +252,6 @@ def hypervolume_history(exp: Experiment) -> list[tuple[str, float]]:
         front = front[pareto_front(front, minimise)]
         history.append((trial.id, hypervolume(front, minimise, np.ones(len(signs)))))
     return history
-
-
-def kendall_tau(x, y) -> float:
-    """Kendall's τ-b (ties in either ranking corrected); scipy's when it is installed."""
-    try:
-        from scipy.stats import kendalltau
-        return float(kendalltau(x, y).statistic)
-    except ImportError:
-        pass
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    i, j = np.triu_indices(len(x), k=1)
-    dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
-    denom = math.sqrt(np.count_nonzero(dx) * np.count_nonzero(dy))
-    return float((dx * dy).sum() / denom) if denom else float("nan")
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,21 @@ def varying(params: list[dict[str, Any]]) -> list[str]:
     return [n for n in names if len({repr(p.get(n)) for p in params}) > 1]
 
 
+def noise_floor(exp: Experiment) -> float | None:
+    """The share of the variance of the candidates' mean quality that seed noise alone would
+    give: the mean squared standard error over the variance of the means (None: unknown)."""
+    q = exp.quality.name
+    ranked = {r.trial.id: r for r in exp.rows if r.k is None or r.k == max(
+        (s.k for s in exp.rows if s.trial.id == r.trial.id and s.k is not None), default=None)}
+    errors = [r.se.get(q) for r in ranked.values()]
+    if len(ranked) < 2 or any(e is None or not math.isfinite(e) for e in errors):
+        return None
+    means = [r.values[q] for r in ranked.values()]
+    mu = sum(means) / len(means)
+    var = sum((m - mu) ** 2 for m in means) / (len(means) - 1)
+    return min(1.0, sum(e * e for e in errors) / len(errors) / var) if var > 0 else 1.0
+
+
 def param_importance(exp: Experiment) -> tuple[dict[str, float], str | None]:
     """fANOVA importance of each varying parameter for the final quality (sums to 1), or an
     empty dict and the reason it cannot be computed yet."""
@@ -74,4 +89,4 @@ def param_importance(exp: Experiment) -> tuple[dict[str, float], str | None]:
         return {}, f"optuna could not compute importance: {exc}"
 
 
-__all__ = ["param_importance", "sampled", "varying"]
+__all__ = ["noise_floor", "param_importance", "sampled", "varying"]

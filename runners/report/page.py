@@ -12,7 +12,7 @@ from .data import Experiment, Row
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1200px; padding: 0 16px; color: #222; }
 h1 { margin-bottom: 4px; } h2 { margin-top: 36px; border-bottom: 1px solid #ddd; }
-.meta { color: #555; } .note { background: #fff8e1; padding: 8px 12px; border-left: 4px solid #ffbf00; }
+.meta { color: #555; } .noise { font-size: 1.1em; background: #eef4ff; padding: 8px 12px; border-left: 4px solid #1f77b4; } .note { background: #fff8e1; padding: 8px 12px; border-left: 4px solid #ffbf00; }
 .empty { font-size: 1.2em; background: #f5f5f5; padding: 24px; }
 .grid { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
 table { border-collapse: collapse; font-size: 13px; width: 100%; }
@@ -65,7 +65,11 @@ def value_text(objective, value: float) -> str:
 
 
 def metric_items(exp: Experiment, row: Row) -> list[tuple[str, str]]:
-    items = [(o.name, value_text(o, row.values[o.name])) for o in exp.objectives]
+    items = [(o.name, value_text(o, row.values[o.name]) + (f" ± {row.se[o.name]:.2g}" if row.se.get(o.name) else ""))
+             for o in exp.objectives]
+    items.append(("seeds", str(row.n)))
+    items.append(("p_front", "unknown (one seed)" if row.p_front is None else
+                  f"{row.p_front:.2f}" + (" · within noise of a neighbour" if row.tied else "")))
     if row.trial.rungs:
         last = row.trial.rungs[-1]
         items += [(k, f"{v:.4g}") for k, v in last.metrics.items() if k not in row.values]
@@ -102,6 +106,8 @@ def header(exp: Experiment) -> str:
             f"{exp.record.trials} trials: {escape(counts)} · objectives: {escape(objectives)} · "
             f"context {exp.seq_len} · {plural(len(exp.rows), 'point')} on the charts, "
             f"{len(exp.front)} on the front · generated {time.strftime('%Y-%m-%d %H:%M:%S')}</p>")
+    if exp.noise:
+        html += f"<p class='noise'><b>Seed noise.</b> {escape(exp.noise)}</p>"
     running = exp.counts.get("running", 0)
     if running:
         html += (f"<p class='note'>The sweep is still running ({plural(running, 'trial')} in "

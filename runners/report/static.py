@@ -33,6 +33,10 @@ def front_png(exp: Experiment, axis: Axis, path: Path) -> Path:
     ax.scatter(*_xy(exp, axis, rest), s=28, color=DOMINATED, alpha=0.8, zorder=2, label="dominated")
     ax.plot(*_xy(exp, axis, front), "-o", color=FRONT, markersize=7, markeredgecolor="black",
             markeredgewidth=0.7, linewidth=2, zorder=3, label="Pareto front")
+    if any(r.se for r in exp.rows):  # ±1 standard error over seed replicates
+        for idx, color in ((rest, DOMINATED), (front, FRONT)):
+            ax.errorbar(*_xy(exp, axis, idx), yerr=[exp.rows[i].error(exp.quality.name) for i in idx],
+                        fmt="none", ecolor=color, elinewidth=1, capsize=3, zorder=2)
     if exp.knee is not None:
         ax.scatter(*_xy(exp, axis, [exp.knee]), marker="*", s=260, color=KNEE, edgecolor="black",
                    linewidth=0.7, zorder=4, label="knee")
@@ -48,7 +52,8 @@ def front_png(exp: Experiment, axis: Axis, path: Path) -> Path:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: axis.fmt(x)))
     ax.set_xlabel(f"{axis.title} ({axis.better})", fontsize=9)
     ax.set_ylabel(quality_title(exp))
-    ax.set_title(f"{exp.record.name}: {exp.quality.name} vs {axis.short}", fontsize=10)
+    bars = " (±1 s.e. over seeds)" if any(r.se for r in exp.rows) else ""
+    ax.set_title(f"{exp.record.name}: {exp.quality.name} vs {axis.short}{bars}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()

@@ -16,16 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from nas.errors import SpecError
+from nas.noise import mean_se
 from nas.space import Space, cost_value, grid_size, spec_hash, violations
 
 from .records import (
-    EXPERIMENT, TRIALS, ExperimentRecord, Objective, Point, Rung, TrialRecord, read_experiment,
-    read_trials, trial_path, write_json,
+    EXPERIMENT, TRIALS, ExperimentRecord, Objective, Point, Replicate, Rung, TrialRecord,
+    read_experiment, read_trials, trial_path, write_json,
 )
 from .stopping import ParetoHalving
 
 JOURNAL = "study.journal"
 FINAL = ("complete", "pruned", "failed", "timeout", "duplicate")
+PROXY_ONLY = {"seeds"}  # proxy fields the sweep reads; the trainer never sees them
 _CONSTRAINTS = "loopnas_constraints"
 _ID, _RESUME = "loopnas_id", "loopnas_resume"
 
@@ -89,10 +91,13 @@ def make_sampler(space: Space, trials: int):
 
 
 def _grid(space: Space) -> dict[str, list]:
-    from nas.space import _label
+    from nas.space import MAX_GRID, _label, grid_points
 
     if space.sample_fn is not None:
         raise SweepError("search.sampler: grid over a Python space needs sampler_params.search_space")
+    size = grid_points(space.spec)  # counted before anything is listed
+    if size is not None and size > MAX_GRID:
+        raise SweepError(f"search.sampler: a grid of more than {MAX_GRID:,} points cannot be listed")
     grid = {}
     for name, p in space.spec.params.items():
         if p.kind == "categorical":
@@ -140,7 +145,7 @@ def check_proxy(space: Space) -> None:
     from runners.tasks import make_task
     from runners.train import TrainConfig
 
-    proxy = space.spec.proxy.model_dump(mode="json", exclude_none=True)
+    proxy = proxy_config(space)
     try:
         config = TrainConfig.model_validate({**proxy, "seed": space.spec.search.seed})
     except ValidationError as exc:
@@ -154,11 +159,62 @@ def check_proxy(space: Space) -> None:
         raise SweepError(f"{space.source}: proxy.task {config.task!r}: {exc}") from None
 
 
+def proxy_config(space: Space) -> dict:
+    """The space's proxy as trainer settings (without the sweep's own fields)."""
+    proxy = space.spec.proxy.model_dump(mode="json", exclude_none=True)
+    return {k: v for k, v in proxy.items() if k not in PROXY_ONLY}
+
+
+def space_seeds(space: Space) -> int:
+    """Replicates per candidate: ``proxy.seeds`` (default 1)."""
+    return int(getattr(space.spec.proxy, "seeds", None) or 1)
+
+
+def _reusable(record: TrialRecord) -> bool:
+    """Whether a finished trial's outcome is the candidate's own (deterministic), so an
+    identical candidate would repeat it: not a timeout, not a crash of its process."""
+    return record.status in ("complete", "pruned") or record.status == "failed" and not record.crashed
+
+
+def mean_points(replicates: list[Replicate]) -> list[Point]:
+    """The points of a candidate: per loop count, each objective's mean over replicates and
+    its standard error (left out with one replicate: noise unknown)."""
+    done = [r.points for r in replicates if r.points]
+    out = []
+    for i, first in enumerate(done[0] if done else []):
+        same = [pts[i] for pts in done]
+        values, se = {}, {}
+        for name in first.values:
+            mean, err = mean_se([p.values[name] for p in same])
+            values[name] = mean
+            if len(same) > 1:
+                se[name] = err
+        out.append(Point(k=first.k, values=values, se=se, n=len(same)))
+    return out
+
+
+def mean_rungs(replicates: list[Replicate]) -> list[Rung]:
+    """Per evaluated step, the mean quality and metrics of the replicates that reached it."""
+    steps = sorted({r.step for rep in replicates for r in rep.rungs})
+    out = []
+    for step in steps:
+        here = [r for rep in replicates for r in rep.rungs if r.step == step]
+        q = [r.quality for r in here if r.quality is not None]
+        keys = set.intersection(*(set(r.metrics) for r in here))
+        out.append(Rung(step=step, tokens=here[0].tokens, quality=sum(q) / len(q) if q else None,
+                        metrics={k: sum(r.metrics[k] for r in here) / len(here) for k in sorted(keys)}))
+    return out
+
+
 class Sweep:
-    """One experiment directory and its study; see the module docstring."""
+    """One experiment directory and its study; see the module docstring.
+
+    With ``seeds`` > 1 every candidate (one Optuna trial, one record) is trained as that
+    many replicate jobs (seeds ``search.seed + i``, the same eval batches); the trial is
+    settled when all of them are, and the study is told their mean."""
 
     def __init__(self, space: Space, out: str | Path, backend: str, trials: int | None = None,
-                 resume: bool = False):
+                 resume: bool = False, seeds: int | None = None):
         import optuna
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
@@ -172,6 +228,7 @@ class Sweep:
         self.quality = next((o for o in spec.objectives if o.quality), None)
         self.serving = [o for o in spec.objectives if o.serving]
         self.total = trials or spec.search.trials
+        self.seeds = seeds or space_seeds(space)
         self.final = FINAL
         if spec.search.sampler.lower() == "grid" and space.sample_fn is None:
             self.total = min(self.total, grid_size(space) or self.total)
@@ -188,20 +245,27 @@ class Sweep:
             warnings.simplefilter("ignore")
             self.study.set_metric_names([o.name for o in self.objectives])
         self.records: dict[str, TrialRecord] = {r.id: r for r in read_trials(self.out)}
-        self.by_hash = {r.spec_hash: r.id for r in self.records.values()
-                        if r.status in FINAL and r.status != "duplicate" and r.spec_hash}
-        self.trials: dict[str, Any] = {}  # id → the live optuna trial of an active job
-        self.active: set[str] = set()
+        self.by_hash = {r.spec_hash: r.id for r in self.records.values() if _reusable(r) and r.spec_hash}
+        self.trials: dict[str, Any] = {}  # id → the live optuna trial of an active candidate
+        self.active: set[str] = set()  # candidates with replicates still to finish
+        self.queue: list[dict] = []  # replicate jobs of gated candidates, waiting for a worker
+        self.jobs: dict[str, tuple[str, int]] = {}  # job id of a running replicate → (trial, index)
+        self.doomed: dict[str, dict] = {}  # trial → how it ended, while its replicates wind down
         self.waiting: dict[str, list[str]] = {}  # hash → duplicate ids awaiting the original
         self.infeasible_streak = 0
         es = spec.search.early_stopping
-        self.stopper = ParetoHalving(es.rungs, es.margin, es.min_beaten_by) if es else None
+        self.stopper = None
+        if es:
+            margin = es.margin if es.margin is not None else ("auto" if self.seeds > 1 else 0.0)
+            self.stopper = ParetoHalving(es.rungs, margin, es.min_beaten_by)
         self._sheets: dict[str, dict] = {}
         if self.stopper is not None:
             for r in self.records.values():
-                for rung in r.rungs:
-                    if r.arch is not None and rung.quality is not None and rung.step in es.rungs:
-                        self.stopper.record(r.id, rung.step, self._cost_key(r), self._oriented(rung.quality))
+                for i, rep in enumerate(r.replicates or [Replicate(index=0, seed=r.seed, rungs=r.rungs)]):
+                    for rung in rep.rungs:
+                        if r.arch is not None and rung.quality is not None and rung.step in es.rungs:
+                            self.stopper.record(r.id, rung.step, self._cost_key(r),
+                                                self._oriented(rung.quality), replicate=i)
         if resume:
             self._recover()
 
@@ -219,13 +283,17 @@ class Sweep:
             if old.space != self.space.spec.model_dump(mode="json"):
                 raise SweepError(f"--resume: the space differs from the one {self.out} was started with "
                                  f"({self.out / 'space.yaml'})")
+            if old.seeds != self.seeds:
+                raise SweepError(f"--seeds: {self.out} was started with {old.seeds} seed(s) per candidate; "
+                                 f"resume it with --seeds {old.seeds}")
             return
         (self.out / TRIALS).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(self.space.source, self.out / f"space{self.space.source.suffix}")
         write_json(self.out / EXPERIMENT, ExperimentRecord(
             name=self.space.name, space=self.space.spec.model_dump(mode="json"),
             objectives=self.objectives, backend=self.backend, trials=self.total,
-            seed=self.space.spec.search.seed, created=time.time(), seq_len=self.space.spec.seq_len))
+            seed=self.space.spec.search.seed, seeds=self.seeds, created=time.time(),
+            seq_len=self.space.spec.seq_len))
 
     def _write(self, record: TrialRecord) -> None:
         self.records[record.id] = record
@@ -267,19 +335,34 @@ class Sweep:
             out[r.status] += 1
         return out
 
-    def next_job(self) -> dict | None:
-        """Ask the study until a candidate must be trained (None: the budget is spent)."""
-        while self.wants_more():
-            job = self.gate(self.study.ask())
-            if job is not None:
-                return job
-        return None
+    def next_job(self, ask=None) -> dict | None:
+        """The next replicate job to run: a queued one, else ask the study (``ask``: how to
+        get an Optuna trial; default ``study.ask``) until a candidate must be trained.
+        None: the budget is spent and nothing is queued."""
+        ask = ask or self.study.ask
+        while not self.queue and self.wants_more():
+            self.queue.extend(self.gate(ask()))
+        if not self.queue:
+            return None
+        job = self.queue.pop(0)
+        self.jobs[job["id"]] = (job["trial"], job["replicate"])
+        self._update_replicate(job["trial"], job["replicate"], status="running", started=time.time())
+        return job
+
+    def _update_replicate(self, rid: str, index: int, **fields) -> TrialRecord:
+        record = self.records[rid]
+        reps = list(record.replicates)
+        reps[index] = reps[index].model_copy(update=fields)
+        record = record.model_copy(update={"replicates": reps, "rungs": mean_rungs(reps)})
+        self._write(record)
+        return record
 
     # ------------------------------------------------------------ the gate
 
-    def gate(self, trial) -> dict | None:
-        """Price and check a sampled trial. Returns the job to train, or None when the trial
-        was settled here (infeasible, or a duplicate)."""
+    def gate(self, trial) -> list[dict]:
+        """Price and check a sampled trial. Returns its replicate jobs to train (those not
+        already complete, on a resume), or none when the trial was settled here
+        (infeasible, or a duplicate)."""
         rid = trial.user_attrs.get(_ID) or f"t{trial.number:04d}"
         record = TrialRecord(id=rid, number=trial.number, status="running", seed=self.space.spec.search.seed,
                              started=time.time())
@@ -293,7 +376,7 @@ class Sweep:
             record = record.model_copy(update={"params": dict(trial.params), "status": "infeasible",
                                                "reason": "invalid spec: " + "; ".join(p.render(None) for p in exc.problems)})
             self._settle(trial, record, None)
-            return None
+            return []
         h = spec_hash(arch, proxy)
         sheets: dict = {}
         bad = violations(self.space, arch, sheets)
@@ -309,28 +392,54 @@ class Sweep:
             self.infeasible_streak += 1
             self._settle(trial, record.model_copy(update={"status": "infeasible",
                                                           "reason": "; ".join(record.violations)}), None)
-            return None
+            return []
         self.infeasible_streak = 0
         if h in self.by_hash:
             original = self.records[self.by_hash[h]]
             self._settle(trial, self._as_duplicate(record, original), original)
-            return None
+            return []
         if any(self.records[i].spec_hash == h for i in self.active):
             original = next(i for i in self.active if self.records[i].spec_hash == h)
             self.waiting.setdefault(h, []).append(rid)
             self.trials[rid] = trial
             self._write(record.model_copy(update={"duplicate_of": original}))
-            return None
+            return []
+        resume = bool(trial.user_attrs.get(_RESUME))
+        replicates = self._replicates(self.records.get(rid) if resume else None)
         self.trials[rid] = trial
         self.active.add(rid)
-        self._write(record)
-        config = _merge(self.space.spec.proxy.model_dump(mode="json", exclude_none=True), proxy)
-        config.update(seed=self.space.spec.search.seed, checkpoint_every=self.space.spec.proxy.eval_every)
-        return {"id": rid, "arch": record.arch, "config": config, "dir": str(self.out / TRIALS / rid),
+        self._write(record.model_copy(update={"replicates": replicates, "rungs": mean_rungs(replicates)}))
+        config = _merge(proxy_config(self.space), proxy)
+        config.update(eval_seed=self.space.spec.search.seed, checkpoint_every=self.space.spec.proxy.eval_every)
+        jobs = [self._job(rid, rep, config, resume) for rep in replicates if rep.status != "complete"]
+        if not jobs:  # every replicate finished before the interruption
+            self._conclude(rid)
+        return jobs
+
+    def _replicates(self, previous: TrialRecord | None) -> list[Replicate]:
+        """Fresh replicates; on a resume, those already complete are kept and the others keep
+        their rungs (the re-run continues from its checkpoint and reports the rest)."""
+        base = self.space.spec.search.seed
+        old = {r.index: r for r in previous.replicates} if previous is not None else {}
+        out = []
+        for i in range(self.seeds):
+            r = old.get(i)
+            if r is not None and r.status == "complete":
+                out.append(r)
+            else:
+                out.append(Replicate(index=i, seed=base + i, rungs=r.rungs if r is not None else []))
+        return out
+
+    def _job(self, rid: str, rep: Replicate, config: dict, resume: bool) -> dict:
+        record = self.records[rid]
+        one = self.seeds == 1  # one seed: the layout of experiments written before replicates
+        job_dir = self.out / TRIALS / rid if one else self.out / TRIALS / rid / f"s{rep.index}"
+        return {"id": rid if one else f"{rid}-s{rep.index}", "trial": rid, "replicate": rep.index,
+                "arch": record.arch, "config": {**config, "seed": rep.seed}, "dir": str(job_dir),
                 "metric": self.quality.metric if self.quality else "eval_loss",
                 "serving": [{"name": o.name, "metric": o.metric, "seq_len": o.seq_len or self.space.spec.seq_len,
                              "batch_size": o.batch_size or 1} for o in self.serving],
-                "timeout": self.space.spec.search.trial_timeout, "resume": bool(trial.user_attrs.get(_RESUME))}
+                "timeout": self.space.spec.search.trial_timeout, "resume": resume}
 
     def _sheet(self, arch, sheets: dict) -> dict:
         cost_value(arch, "unique_params", self.space.spec.seq_len, sheets=sheets)
@@ -362,16 +471,25 @@ class Sweep:
     def _oriented(self, quality: float) -> float:
         return quality if self.quality is None or self.quality.direction == "maximize" else -quality
 
-    def on_rung(self, rid: str, rung: Rung) -> bool:
-        """Record a rung; False: stop the trial here (Pareto-aware early stopping)."""
-        if rid not in self.active:
+    def on_rung(self, job_id: str, rung: Rung) -> bool:
+        """Record a replicate's rung; False: stop it here (Pareto-aware early stopping, or its
+        candidate already ended through another replicate)."""
+        if job_id not in self.jobs:
             return False  # a late result of a trial already settled
-        record = self.records[rid]
-        self._write(record.model_copy(update={"rungs": [*record.rungs, rung]}))
+        rid, index = self.jobs[job_id]
+        if rid in self.doomed:
+            return False
+        # a run resumed from a checkpoint reports its steps again from there
+        kept = [r for r in self.records[rid].replicates[index].rungs if r.step < rung.step]
+        record = self._update_replicate(rid, index, rungs=[*kept, rung])
         if self.stopper is None or record.arch is None or record.arch.get("elastic"):
             return True  # an elastic trial yields a whole curve: it is never stopped
         quality = None if rung.quality is None else self._oriented(rung.quality)
-        return not self.stopper.decide(rid, rung.step, self._cost_key(record), quality)
+        if self.stopper.decide(rid, rung.step, self._cost_key(record), quality, replicate=index):
+            self.doomed[rid] = {"status": "pruned", "reason": f"stopped early at step {rung.step}"}
+            self.queue = [j for j in self.queue if j["trial"] != rid]
+            return False
+        return True
 
     def points(self, record: TrialRecord, measured: list[dict]) -> list[Point]:
         """One point per evaluated loop count (elastic), else one: every objective's value
@@ -392,21 +510,49 @@ class Sweep:
             out.append(Point(k=m["k"], values=values))
         return out
 
-    def finish(self, rid: str, outcome: dict[str, Any]) -> None:
-        """Record a trained trial's outcome, tell the study, settle its duplicates."""
-        if rid not in self.active:
+    def finish(self, job_id: str, outcome: dict[str, Any]) -> None:
+        """Record a replicate's outcome; once every replicate of its candidate has ended,
+        settle the candidate (tell the study the mean, settle its duplicates). A replicate
+        that fails, times out or is stopped ends its candidate the same way."""
+        if job_id not in self.jobs:
             return
-        self.active.discard(rid)
+        rid, index = self.jobs.pop(job_id)
         record = self.records[rid]
         status = outcome["status"]
-        rungs = [Rung.model_validate(r) for r in outcome.get("rungs") or []] or record.rungs
-        points = self.points(record, outcome["measured"]) if status == "complete" else []
+        rep = record.replicates[index]
+        rungs = rep.rungs or [Rung.model_validate(r) for r in outcome.get("rungs") or []]
+        record = self._update_replicate(
+            rid, index, status=status, reason=outcome.get("reason"), rungs=rungs,
+            points=self.points(record, outcome["measured"]) if status == "complete" else [],
+            crashed=bool(outcome.get("crashed")), node=outcome.get("node"),
+            started=outcome.get("started", rep.started), finished=outcome.get("finished", time.time()),
+            wall_time=outcome.get("wall_time"))
+        if status != "complete" and rid not in self.doomed:
+            who = f"replicate {index} (seed {rep.seed}): " if self.seeds > 1 else ""
+            self.doomed[rid] = {"status": status, "reason": who + (outcome.get("reason") or status),
+                                "crashed": bool(outcome.get("crashed"))}
+            self.queue = [j for j in self.queue if j["trial"] != rid]
+        if not any(t == rid for t, _ in self.jobs.values()) and not any(j["trial"] == rid for j in self.queue):
+            self._conclude(rid)
+
+    def _conclude(self, rid: str) -> None:
+        """Every replicate of ``rid`` has ended: write and tell the candidate's outcome."""
+        self.active.discard(rid)
+        record = self.records[rid]
+        reps = record.replicates
+        ended = self.doomed.pop(rid, None)
+        if ended is None:
+            update = {"status": "complete", "reason": None, "points": mean_points(reps)}
+        else:
+            update = {**ended, "points": []}
+        walls = [r.wall_time for r in reps if r.wall_time is not None]
         record = record.model_copy(update={
-            "status": status, "reason": outcome.get("reason"), "rungs": rungs, "points": points,
-            "node": outcome.get("node"), "started": outcome.get("started", record.started),
-            "finished": outcome.get("finished", time.time()), "wall_time": outcome.get("wall_time")})
+            **update, "rungs": mean_rungs(reps), "node": next((r.node for r in reps if r.node), None),
+            "started": min((r.started for r in reps if r.started), default=record.started),
+            "finished": max((r.finished for r in reps if r.finished), default=time.time()),
+            "wall_time": sum(walls) if walls else None})
         self._settle(self.trials.pop(rid), record, None)
-        if status in ("complete", "pruned") or status == "failed" and not outcome.get("crashed"):
+        if _reusable(record):
             self.by_hash[record.spec_hash] = rid  # deterministic outcomes: a duplicate would repeat them
         for dup in self.waiting.pop(record.spec_hash, []):
             self._settle(self.trials.pop(dup), self._as_duplicate(self.records[dup], record), record)
@@ -440,6 +586,9 @@ class Sweep:
         """The driver is stopping early: active trials stay ``running`` for --resume."""
         self.active.clear()
         self.waiting.clear()
+        self.queue.clear()
+        self.jobs.clear()
+        self.doomed.clear()
 
 
 def _fill(objective) -> float:
@@ -451,7 +600,11 @@ def _fill(objective) -> float:
 
 
 def default_out(space: Space) -> Path:
-    return Path("runs") / space.name
+    """``runs/<space name>``, never outside ``runs/`` (:func:`nas.spec.named_path`)."""
+    from nas.spec import named_path
+
+    return named_path("runs", space.name)
 
 
-__all__ = ["Sweep", "SweepError", "check_proxy", "make_sampler", "summary", "default_out", "JOURNAL"]
+__all__ = ["Sweep", "SweepError", "check_proxy", "make_sampler", "mean_points", "mean_rungs",
+           "proxy_config", "space_seeds", "summary", "default_out", "JOURNAL"]

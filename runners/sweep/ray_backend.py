@@ -68,13 +68,16 @@ class GateSearcher(_Live, Searcher):
 
     def suggest(self, trial_id: str):
         sweep = self.sweep
-        while sweep.wants_more():
+
+        def ask():
             self.inner.suggest(trial_id)
             # From here the driver owns this Optuna trial (ask → gate → tell).
-            job = sweep.gate(self.inner._ot_trials.pop(trial_id))
-            self.changed()
-            if job is not None:
-                return {"job": job}
+            return self.inner._ot_trials.pop(trial_id)
+
+        job = sweep.next_job(ask)  # a queued replicate first, else a newly gated candidate
+        self.changed()
+        if job is not None:
+            return {"job": job}
         return Searcher.FINISHED if not sweep.wants_more() else None
 
     def on_trial_complete(self, trial_id, result=None, error=False) -> None:
@@ -98,10 +101,11 @@ class ParetoScheduler(_Live, FIFOScheduler):
     def on_trial_result(self, tune_controller, trial, result):
         if "rung" not in result:
             return TrialScheduler.CONTINUE
-        rid = trial.config["job"]["id"]
+        job = trial.config["job"]
+        rid = job["id"]
         if self.sweep.on_rung(rid, Rung.model_validate_json(result["rung"])):
             return TrialScheduler.CONTINUE
-        started = self.sweep.records[rid].started or time.time()
+        started = self.sweep.records[job["trial"]].started or time.time()
         self.sweep.finish(rid, {"status": "pruned", "reason": f"stopped early at step {result['step']}",
                                 "node": result.get("node"), "wall_time": time.time() - started})
         self.changed()

@@ -67,10 +67,31 @@ class Rung(_Record):
 class Point(_Record):
     """One (quality, cost) point a trial contributes to the front: ``k`` is the loop count
     an elastic checkpoint was evaluated at (None: the spec's own loops). ``values`` holds
-    every objective by name."""
+    every objective by name: a trial's point is the mean over its replicates, ``se`` each
+    objective's standard error over them (0 for cost-model objectives; NaN with one
+    replicate: noise unknown) and ``n`` how many replicates it averages."""
 
     k: int | None = None
     values: dict[str, float]
+    se: dict[str, float] = Field(default_factory=dict)
+    n: int = 1
+
+
+class Replicate(_Record):
+    """One seed of a candidate: its own training run (initialisation and data order), on
+    the eval batches every replicate and candidate share."""
+
+    index: int
+    seed: int
+    status: Literal["queued", "running", "complete", "pruned", "failed", "timeout"] = "queued"
+    reason: str | None = None
+    rungs: list[Rung] = Field(default_factory=list)
+    points: list[Point] = Field(default_factory=list)
+    crashed: bool = False
+    node: str | None = None
+    started: float | None = None
+    finished: float | None = None
+    wall_time: float | None = None
 
 
 class TrialRecord(_Record):
@@ -88,6 +109,10 @@ class TrialRecord(_Record):
     duplicate_of: str | None = None
     violations: list[str] = Field(default_factory=list)
     seed: int = 0
+    replicates: list[Replicate] = Field(default_factory=list, description="one per seed; "
+                                        "points and rungs above are their means")
+    crashed: bool = Field(False, description="a failure of the process (killed, native crash), "
+                          "not of the candidate: a later identical candidate is trained again")
     node: str | None = Field(None, description="the host that trained it")
     started: float | None = None
     finished: float | None = None
@@ -106,6 +131,7 @@ class ExperimentRecord(_Record):
     backend: str
     trials: int
     seed: int = 0
+    seeds: int = Field(1, description="replicates per candidate")
     created: float
     seq_len: int = Field(description="context the cost sheets and kv_bytes are priced at")
 
@@ -136,5 +162,5 @@ def read_trials(exp_dir: str | Path) -> list[TrialRecord]:
     return sorted(records, key=lambda r: r.number)
 
 
-__all__ = ["Status", "Direction", "Objective", "Rung", "Point", "TrialRecord", "ExperimentRecord",
+__all__ = ["Status", "Direction", "Objective", "Rung", "Point", "Replicate", "TrialRecord", "ExperimentRecord",
            "write_json", "trial_path", "read_experiment", "read_trials", "EXPERIMENT", "TRIALS"]

@@ -26,8 +26,9 @@ def _line(sweep: Sweep) -> str:
 
 def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend: str = DEFAULT_BACKEND,
               trials: int | None = None, resume: bool = False, address: str | None = None,
-              progress: bool = True) -> Path:
-    """Run (or ``resume``) a sweep; returns the experiment directory."""
+              progress: bool = True, seeds: int | None = None) -> Path:
+    """Run (or ``resume``) a sweep; returns the experiment directory. ``seeds`` overrides
+    the space's ``proxy.seeds`` (replicates per candidate)."""
     from .driver import SweepError
 
     space = space if isinstance(space, Space) else load_space(space)
@@ -38,7 +39,7 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
     out = Path(out) if out is not None else default_out(space)
     if space.spec.oneshot is not None:
         return _oneshot(space, out, backend, trials, resume, progress)
-    sweep = Sweep(space, out, backend, trials=trials, resume=resume)
+    sweep = Sweep(space, out, backend, trials=trials, resume=resume, seeds=seeds)
     console = Console(stderr=True)
     bar = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.description}"), console=console,
@@ -48,7 +49,7 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
 
         def on_change() -> None:
             c = sweep.counts()
-            done = sum(c[s] for s in ("complete", "pruned", "failed", "timeout", "duplicate"))
+            done = sum(c[s] for s in sweep.final)
             bar.update(task, completed=min(sweep.total, done), description=_line(sweep))
 
         on_change()
@@ -77,7 +78,8 @@ def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: 
         eval_task(space, supernet_config(space))
     except OneShotError as exc:
         raise SweepError(str(exc)) from None
-    sweep = Sweep(space, out, "oneshot", trials=trials or planned(space), resume=resume)
+    # sub-networks are scored with the supernet's weights: one evaluation, no seeds
+    sweep = Sweep(space, out, "oneshot", trials=trials or planned(space), resume=resume, seeds=1)
     console = Console(stderr=True)
     console.print(f"[bold]{space.name}[/bold]: training the supernet ({out / 'supernet'})")
     bar = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
