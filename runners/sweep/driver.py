@@ -214,7 +214,7 @@ class Sweep:
     settled when all of them are, and the study is told their mean."""
 
     def __init__(self, space: Space, out: str | Path, backend: str, trials: int | None = None,
-                 resume: bool = False, seeds: int | None = None):
+                 resume: bool = False, seeds: int | None = None, planned: list[dict] | None = None):
         import optuna
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
@@ -233,6 +233,8 @@ class Sweep:
         if spec.search.sampler.lower() == "grid" and space.sample_fn is None:
             self.total = min(self.total, grid_size(space) or self.total)
             self.final = (*FINAL, "infeasible")
+        if planned is not None:  # a fixed design (calibration): its points are the budget
+            self.total, self.final = len(planned), (*FINAL, "infeasible")
         self._open(resume)
         url = spec.search.storage
         self.storage = (optuna.storages.RDBStorage(url) if url
@@ -244,6 +246,9 @@ class Sweep:
         with warnings.catch_warnings():  # experimental since Optuna 3.2, still in 5.0
             warnings.simplefilter("ignore")
             self.study.set_metric_names([o.name for o in self.objectives])
+        if planned is not None and not resume:
+            for params in planned:
+                self.study.enqueue_trial(params, skip_if_exists=False)
         self.records: dict[str, TrialRecord] = {r.id: r for r in read_trials(self.out)}
         self.by_hash = {r.spec_hash: r.id for r in self.records.values() if _reusable(r) and r.spec_hash}
         self.trials: dict[str, Any] = {}  # id → the live optuna trial of an active candidate

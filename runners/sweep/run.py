@@ -26,9 +26,10 @@ def _line(sweep: Sweep) -> str:
 
 def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend: str = DEFAULT_BACKEND,
               trials: int | None = None, resume: bool = False, address: str | None = None,
-              progress: bool = True, seeds: int | None = None) -> Path:
+              progress: bool = True, seeds: int | None = None, planned: list[dict] | None = None) -> Path:
     """Run (or ``resume``) a sweep; returns the experiment directory. ``seeds`` overrides
-    the space's ``proxy.seeds`` (replicates per candidate)."""
+    the space's ``proxy.seeds`` (replicates per candidate); ``planned``: a fixed list of
+    parameter sets to train instead of sampling (``loopnas calibrate``)."""
     from .driver import SweepError
 
     space = space if isinstance(space, Space) else load_space(space)
@@ -39,7 +40,7 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
     out = Path(out) if out is not None else default_out(space)
     if space.spec.oneshot is not None:
         return _oneshot(space, out, backend, trials, resume, progress)
-    sweep = Sweep(space, out, backend, trials=trials, resume=resume, seeds=seeds)
+    sweep = Sweep(space, out, backend, trials=trials, resume=resume, seeds=seeds, planned=planned)
     console = Console(stderr=True)
     bar = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.description}"), console=console,

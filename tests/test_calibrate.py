@@ -1,0 +1,100 @@
+"""loopnas calibrate: a fabricated space with a planted effect on one axis and none on the
+other, the design, and a real (tiny) calibration through the CLI."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from nas.space import load_space
+from runners.calibrate import analyse, design, markdown, scaled
+from runners.sweep.driver import Sweep
+
+SPACE = """\
+name: planted
+base: tiny_noloop
+params:
+  boundary: {target: loop.boundary, choices: [none, block]}
+  T: {target: loop.T, choices: [2], when: {boundary: [block]}}
+  ffn: {target: model.defaults.swiglu.hidden_size, choices: [96, 128]}
+objectives: [{metric: acc, direction: maximize}, {metric: projection_flops, direction: minimize}]
+proxy: {task: s5, task_params: {seq_len: 4, degree: 2}, steps: 4, batch_size: 4, eval_every: 2}
+search: {sampler: grid, trials: 4, concurrency: 2}
+"""
+
+
+def load(tmp_path, text=SPACE):
+    path = tmp_path / "space.yaml"
+    path.write_text(textwrap.dedent(text))
+    return load_space(path)
+
+
+def fabricate(space, out, seeds, quality):
+    """Drive the sweep with made-up outcomes: ``quality(params, seed)``."""
+    kind, plan = design(space)
+    sweep = Sweep(scaled(space, 1.0), out, "optuna", seeds=seeds, planned=plan)
+    while (job := sweep.next_job()) is not None:
+        params = sweep.records[job["trial"]].params
+        value = quality(params, job["config"]["seed"])
+        sweep.finish(job["id"], {"status": "complete",
+                                 "measured": [{"k": None, "value": value, "metrics": {"acc": value}}]})
+    return analyse(space, [out], (1.0,), seeds, kind, len(plan))
+
+
+def test_a_planted_effect_separates_and_a_null_axis_does_not(tmp_path):
+    space = load(tmp_path)
+    rng = np.random.default_rng(0)
+    noise = {}
+
+    def quality(params, seed):  # the loop adds 0.2; the FFN width does nothing; noise s.d. 0.02
+        key = (json.dumps(params, sort_keys=True), seed)
+        noise.setdefault(key, rng.normal(0, 0.02))
+        return 0.5 + 0.2 * (params["boundary"] == "block") + noise[key]
+
+    cal = fabricate(space, tmp_path / "exp", 4, quality)
+    axes = {a.param: a for a in cal.axes}
+    assert cal.design == "full grid" and cal.candidates == 4
+    loop, ffn = axes["boundary"], axes["ffn"]
+    assert loop.separates and loop.p_value < 0.01 and loop.effect == pytest.approx(0.2, abs=0.03)
+    assert loop.level_effects['"block"'] > 0 > loop.level_effects['"none"']
+    # one context per FFN width; alone, 4 + 4 values cannot reach p < 0.01 (the exact
+    # permutation minimum is 2 / C(8, 4) = 0.029), together they do
+    assert len(loop.contexts) == 2 and all(c.effect > 3 * c.se and c.p_value < 0.05 for c in loop.contexts)
+    assert not ffn.separates and ffn.p_value > 0.01 and "within seed noise" in ffn.verdict
+    assert axes["T"].effect is None and axes["T"].verdict == "one level: nothing to compare"
+    assert "| **boundary** | all |" in markdown(cal)
+
+
+def test_one_parameter_at_a_time_design_for_large_spaces(tmp_path):
+    space = load(tmp_path)
+    kind, plan = design(space, max_points=2)
+    assert kind == "one parameter at a time"
+    # boundary varies at ffn=96; T is varied where its `when` holds; ffn varies at none
+    assert {json.dumps(p, sort_keys=True) for p in plan} == {
+        json.dumps(p, sort_keys=True) for p in (
+            {"boundary": "none", "T": 2, "ffn": 96}, {"boundary": "block", "T": 2, "ffn": 96},
+            {"boundary": "none", "T": 2, "ffn": 128})}
+
+
+def test_calibrate_cli_trains_writes_and_resumes(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text(SPACE.replace("  ffn: {target: model.defaults.swiglu.hidden_size, choices: [96, 128]}\n", ""))
+    out = tmp_path / "cal"
+    cmd = [sys.executable, "-m", "runners", "calibrate", str(path), "--out", str(out), "--seeds", "2",
+           "--budgets", "1,2"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    data = json.loads((out / "calibration.json").read_text())
+    assert [b["multiple"] for b in data["budgets"]] == [1.0, 2.0]
+    assert [b["steps"] for b in data["budgets"]] == [4, 8]
+    [loop] = [a for a in data["axes"] if a["param"] == "boundary"]
+    assert set(loop) >= {"param", "levels", "effect", "se", "p_value", "separates"}
+    assert (out / "calibration.png").stat().st_size > 0 and "boundary" in run.stdout
+    # rerunning resumes: nothing is trained again
+    before = (out / "budget-1x" / "trials" / "t0000.json").stat().st_mtime
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and (out / "budget-1x" / "trials" / "t0000.json").stat().st_mtime == before
+    bad = subprocess.run([*cmd[:-1], "0,x"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: --budgets")
