@@ -23,8 +23,8 @@ app = typer.Typer(
 )
 
 # Commands whose module exists are registered, in this order (a module is one command).
-_COMMANDS = ("validate", "show", "graph", "cost", "train", "sweep", "status", "report", "export",
-             "bench", "diagnose", "doctor")
+_COMMANDS = ("validate", "show", "graph", "cost", "train", "sweep", "calibrate", "status", "report",
+             "export", "bench", "diagnose", "doctor")
 
 
 def _register() -> None:
