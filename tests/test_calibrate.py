@@ -98,3 +98,21 @@ def test_calibrate_cli_trains_writes_and_resumes(tmp_path):
     assert again.returncode == 0 and (out / "budget-1x" / "trials" / "t0000.json").stat().st_mtime == before
     bad = subprocess.run([*cmd[:-1], "0,x"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: --budgets")
+
+
+def test_a_sweeps_report_shows_the_calibration(tmp_path):
+    space = load(tmp_path)
+    rng = np.random.default_rng(1)
+    out = tmp_path / "exp" / "calibration"
+    out.mkdir(parents=True)
+    cal = fabricate(space, out / "budget-1x", 3, lambda p, s: 0.5 + 0.2 * (p["boundary"] == "block") + rng.normal(0, 0.02))
+    from runners.calibrate import write
+    write(cal, out)
+    from runners.report import write_report
+    html = write_report(out / "budget-1x").index.read_text()  # a budget is itself an experiment
+    assert "Calibration" not in html  # no calibration inside budget-1x itself
+    exp = tmp_path / "exp"
+    import shutil
+    shutil.copytree(out / "budget-1x", exp, dirs_exist_ok=True)  # the sweep's experiment beside it
+    html = write_report(exp).index.read_text()
+    assert "Calibration: can the proxy see each axis?" in html and "boundary" in html

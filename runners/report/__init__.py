@@ -97,11 +97,34 @@ def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
         else missing(f"Parameter importance: {why}."),
         html(parallel) if parallel else missing("Parallel coordinates need 2 complete trials "
                                                 "with a varying sampled parameter.")])
+    calibration = _calibration(exp)
+    if calibration:
+        body += _section("Calibration: can the proxy see each axis?", [calibration])
     diagrams = {exp.rows[i].trial.id: diagram_uri(exp.rows[i].trial.arch)
                 for i in exp.front if exp.rows[i].trial.arch is not None}
     body += _section(f"The front: {plural(len(exp.front), 'point')} over "
                      f"{', '.join(o.name for o in exp.objectives)}", [front_table(exp, diagrams)])
     return body, pngs
+
+
+def _calibration(exp: Experiment) -> str:
+    """The space's calibration (``loopnas calibrate``) as a table, when one exists: in
+    ``EXP/calibration/`` or the space's default calibration directory."""
+    from html import escape
+
+    from runners.calibrate import CALIBRATION, find
+
+    cal = (find(exp.dir) if exp.dir else None) or find(Path("runs") / exp.record.name)
+    if cal is None:
+        return ""
+    cell = lambda x: "—" if x is None or x != x else f"{x:.3g}"  # noqa: E731
+    rows = "".join(f"<tr><td>{escape(a.param)}</td><td class='num'>{cell(a.effect)}</td>"
+                   f"<td class='num'>{cell(a.se)}</td><td class='num'>{cell(a.p_value)}</td>"
+                   f"<td><b>{'yes' if a.separates else 'no'}</b></td><td>{escape(a.verdict)}</td></tr>"
+                   for a in cal.axes)
+    return (f"<p>{cal.candidates} candidates × {cal.seeds} seeds on {escape(cal.metric)} "
+            f"(<code>{CALIBRATION}/calibration.md</code>):</p><table><tr><th>parameter</th><th>effect</th>"
+            f"<th>s.e.</th><th>p</th><th>separates</th><th>verdict</th></tr>{rows}</table>")
 
 
 def _empty(exp: Experiment) -> str:

@@ -90,6 +90,7 @@ class Experiment:
     front: list[int] = field(default_factory=list)  # indices into rows
     knee: int | None = None  # index into rows
     noise: str = ""  # one sentence: are the front's differences beyond seed noise?
+    dir: Path | None = None  # the experiment directory
 
     @property
     def objectives(self) -> list[Objective]:
@@ -181,7 +182,7 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
     """
     record = read_experiment(exp_dir)
     trials, unreadable = _read_trials(exp_dir)
-    exp = Experiment(record, trials, seq_len or record.seq_len, excluded=unreadable)
+    exp = Experiment(record, trials, seq_len or record.seq_len, excluded=unreadable, dir=Path(exp_dir))
     for trial in exp.trials:
         if trial.status != "complete":
             continue
