@@ -30,7 +30,8 @@ from nas.spec import ArchSpec
 from runners.sweep.driver import Sweep
 from runners.sweep.front import front
 from runners.sweep.records import TRIALS, write_json
-from runners.train import CHECKPOINT, eval_batches
+from runners.checkpoint import CHECKPOINT, save
+from runners.train import eval_batches
 
 from .supernet import eval_task, load_supernet, supernet_config, train_supernet
 from .weights import inherit
@@ -71,7 +72,7 @@ def save_subnet(folder: Path, arch: ArchSpec, sub: LoopLM) -> None:
     """``checkpoint.pt`` (spec and weights, as the trainer writes them) and ``spec.yaml``."""
     folder.mkdir(parents=True, exist_ok=True)
     data = arch.model_dump(mode="json")
-    torch.save({"arch": data, "model": sub.state_dict()}, folder / CHECKPOINT)
+    save({"arch": data, "model": sub.state_dict()}, folder / CHECKPOINT)
     (folder / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
