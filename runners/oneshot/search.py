@@ -27,10 +27,10 @@ from builders.model import LoopLM, build_model
 from nas import oneshot as one
 from nas.space import Space
 from nas.spec import ArchSpec
+from runners.checkpoint import CHECKPOINT, save
 from runners.sweep.driver import Sweep
 from runners.sweep.front import front
 from runners.sweep.records import TRIALS, write_json
-from runners.checkpoint import CHECKPOINT, save
 from runners.train import eval_batches
 
 from .supernet import eval_task, load_supernet, supernet_config, train_supernet
