@@ -442,7 +442,7 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
     result = TrainResult(
         status=status, reason=reason, task=config.task, steps=step, tokens=tokens,
         params=sum(p.numel() for p in model.parameters()),
-        quality_metric="n_max" if curriculum else metric, higher_is_better=metric == "acc",
+        quality_metric="n_max" if curriculum else metric, higher_is_better=bool(curriculum) or metric != "eval_loss",
         quality=quality, final=final, losses=losses, evals=evals, elastic=points, switch_step=switched, extrapolation=extrapolation,
         depth_rows=depth_rows,
         curriculum={**curriculum.summary(), "threshold": curriculum.threshold,

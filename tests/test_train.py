@@ -247,11 +247,18 @@ def test_state_tracking_curriculum_promotes_and_stops():
 
     easy = run(threshold=0.05)
     assert easy.status == "ok" and easy.reason == "every curriculum stage solved"
-    assert easy.quality_metric == "n_max" and easy.quality == 6
+    assert easy.quality_metric == "n_max" and easy.quality == 6 and easy.higher_is_better
     assert set(easy.curriculum["stage_acc"]) == {4, 6} and easy.steps == 4
     hard = run(threshold=1.0)
     assert hard.quality == 0 and hard.steps == 4 and "unsolved" in hard.reason
     assert hard.vocab == {"spec": 256, "task": 6 + 5} and hard.arch.model.vocab_size == 11
+
+
+def test_last_acc_is_higher_is_better():
+    # state tracking ranks on last_acc (the answer after the last step), an accuracy
+    result = train(arch("tiny_noloop"), config(task="state_tracking", task_params={"n": 4, "m": 4}, steps=2,
+                                               eval_every=2))
+    assert result.quality_metric == "last_acc" and result.higher_is_better
 
 
 def test_lm_proxy_end_to_end(tmp_path):
