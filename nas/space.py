@@ -39,7 +39,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Annotated, Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
@@ -166,10 +166,12 @@ class ProxySpec(_Data):
 class EarlyStopSpec(_Data):
     """Pareto-aware successive halving (see ``runners.sweep.stopping``): at each rung
     (optimizer step), a trial stops when at least ``min_beaten_by`` trials that cost no
-    more on every cost objective already beat its quality at that rung by ``margin``."""
+    more on every cost objective already beat its quality at that rung by ``margin``
+    (``auto``: by two combined standard errors of seed noise; the default with
+    ``proxy.seeds`` > 1, else 0)."""
 
     rungs: tuple[PositiveInt, ...] = Field(min_length=1)
-    margin: float = Field(0.0, ge=0)
+    margin: Annotated[float, Field(ge=0)] | Literal["auto"] | None = None
     min_beaten_by: PositiveInt = 1
 
 
@@ -353,28 +355,17 @@ def spec_hash(arch: ArchSpec, proxy: dict[str, Any] | None = None) -> str:
 
 
 def cost_value(arch: ArchSpec, metric: str, seq_len: int, k: int | None = None, sheets: dict | None = None) -> float:
-    """A cost-model quantity of ``arch`` at ``seq_len`` (``k``: an elastic loop count)."""
-    from .cost import cost
+    """A cost-model quantity of ``arch`` at ``seq_len`` (``k``: an elastic loop count);
+    ``sheets`` caches the priced spec per context."""
+    from .cost import cost, sheet_value
 
     sheets = {} if sheets is None else sheets
     if seq_len not in sheets:
         sheets[seq_len] = cost(arch, seq_len=seq_len)
-    sheet = sheets[seq_len]
-    if metric == "unique_params":
-        return float(sheet.unique_params)
-    if metric == "non_embedding_params":
-        return float(sheet.non_embedding_params)
-    if metric == "train_flops":
-        return float(sheet.train_flops_per_token)
-    f = sheet.figures if k is None else sheet.at(k)
-    return float({
-        "projection_flops": f.projection.total,
-        "forward_flops": f.forward_flops,
-        "seq_mixing_flops": f.seq_mixing_flops,
-        "kv_bytes": f.kv_cache_bytes + f.state_bytes,
-        "kv_cache_bytes": f.kv_cache_bytes,
-        "state_bytes": f.state_bytes,
-    }[metric])
+    key = ("dict", seq_len)
+    if key not in sheets:
+        sheets[key] = sheets[seq_len].to_dict()
+    return sheet_value(sheets[key], metric, k)
 
 
 def violations(space: Space, arch: ArchSpec, sheets: dict | None = None) -> list[tuple[Constraint, float]]:

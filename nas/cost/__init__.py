@@ -42,15 +42,16 @@ from .ops import (
     op_projection_flops, op_seq_flops, op_state_bytes, op_state_elements,
 )
 from .sheet import (
-    DEFAULT_SEQ_LEN, DTYPE_BYTES, CostSheet, ExtraCost, Figures, OpCost, ProjectionFlops, cost,
-    embedding_params, figures_at, norm_params, projection_flops, train_flops_at, unique_params,
+    COST_FIELDS, DEFAULT_SEQ_LEN, DTYPE_BYTES, CostSheet, ExtraCost, Figures, OpCost, ProjectionFlops,
+    cost, embedding_params, figures_at, norm_params, projection_flops, sheet_value, train_flops_at,
+    unique_params,
 )
 
 __all__ = [
-    "CostSheet", "Counts", "ExtraCost", "Figures", "OpCost", "ProjectionFlops",
+    "COST_FIELDS", "CostSheet", "Counts", "ExtraCost", "Figures", "OpCost", "ProjectionFlops",
     "DEFAULT_SEQ_LEN", "DTYPE_BYTES", "cost", "counts", "embedding_params", "figures_at", "layer_choices",
     "mean_blocks", "mean_keys", "mixer_settings", "moe_params", "norm_params",
     "op_active_params", "op_kv_elements", "op_params", "op_projection_flops",
     "op_seq_flops", "op_state_bytes", "op_state_elements", "projection_flops", "switch_weights",
-    "train_flops_at", "unique_params", "with_override",
+    "sheet_value", "train_flops_at", "unique_params", "with_override",
 ]

@@ -15,24 +15,13 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
+from nas.cost import COST_FIELDS, sheet_value
 from nas.noise import kendall_tau
 from nas.pareto import hypervolume, knee_point, pareto_front
 from runners.sweep.front import FrontPoint, front_probabilities, mark_ties, noise_sentence, replicate_rows
 from runners.sweep.records import (
     TRIALS, ExperimentRecord, Objective, TrialRecord, read_experiment, read_trials,
 )
-
-# Cost-model objectives a point may leave out of ``values``: where the cost sheet has them.
-COST_FIELDS = {
-    "projection_flops": ("projection_flops_per_token",),
-    "unique_params": ("unique_params",),
-    "kv_bytes": ("kv_cache_bytes", "state_bytes"),
-    "kv_cache_bytes": ("kv_cache_bytes",),
-    "state_bytes": ("state_bytes",),
-    "train_flops": ("train_flops_per_token",),
-    "seq_mixing_flops": ("seq_mixing_flops_per_token",),
-    "forward_flops": ("forward_flops_per_token",),
-}
 
 
 @dataclass(frozen=True)
@@ -144,8 +133,8 @@ def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) ->
         sheet = _sheet_at(cost, p.k)
         values = dict(p.values)
         for o in objectives:
-            if o.name not in values and o.name in COST_FIELDS:
-                values[o.name] = sum(sheet[f] for f in COST_FIELDS[o.name])
+            if o.name not in values and o.name in COST_FIELDS:  # cost objectives the sheet has
+                values[o.name] = sheet_value(cost, o.name, p.k if str(p.k) in cost.get("per_k", {}) else None)
         label = trial.id if p.k is None else f"{trial.id} k={p.k}"
         missing = [o.name for o in objectives if o.name not in values]
         bad = [o.name for o in objectives if o.name in values and not math.isfinite(values[o.name])]
@@ -288,5 +277,5 @@ def rank_agreement(exp: Experiment) -> list[Agreement]:
     return out
 
 
-__all__ = ["COST_FIELDS", "Agreement", "Experiment", "Row", "completion_order", "front_2d",
+__all__ = ["Agreement", "Experiment", "Row", "completion_order", "front_2d",
            "hypervolume_history", "kendall_tau", "load", "rank_agreement"]
