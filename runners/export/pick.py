@@ -16,7 +16,8 @@ from typing import Literal
 
 import numpy as np
 
-from nas.pareto import knee_point, pareto_front
+from nas.pareto import knee_point
+from runners.sweep.front import cost_objectives, front as pareto_points
 from runners.sweep.records import ExperimentRecord, Objective, TrialRecord, read_experiment, read_trials
 
 Pick = Literal["knee", "best-quality", "cheapest"]
@@ -83,8 +84,7 @@ def pick_index(cands: list[Candidate], objectives: list[Objective], pick: Pick) 
         names = ", ".join(f"{o.name} ({o.direction})" for o in objectives)
         return knee_point(values, [o.direction for o in objectives]), f"the knee of the Pareto front over {names}"
     quality = [o for o in objectives if o.quality]
-    costs = [o for o in objectives if not o.measured] + [o for o in objectives if o.serving]
-    first = quality if pick == "best-quality" else costs
+    first = quality if pick == "best-quality" else cost_objectives(objectives)
     if not first:
         kind = "measured (quality)" if pick == "best-quality" else "cost-model or serving"
         raise ExportError(f"--pick {pick}: the experiment has no {kind} objective")
@@ -99,10 +99,8 @@ def choose(exp_dir: str | Path, trial: str | None = None, pick: Pick | None = No
     if (trial is None) == (pick is None):
         raise ExportError("give exactly one of --trial ID or --pick knee|best-quality|cheapest")
     cands = candidates(exp.objectives, trials)
-    front = ()
-    if cands:
-        values = np.array([[c.values[o.name] for o in exp.objectives] for c in cands])
-        front = tuple(cands[i].label for i in pareto_front(values, [o.direction for o in exp.objectives]))
+    front = tuple(p.trial if p.k is None else f"{p.trial} at k={p.k}"
+                  for p in pareto_points([t for t in trials if t.arch is not None], exp.objectives))
     if trial is not None:
         found = next((t for t in trials if t.id == trial), None)
         if found is None:

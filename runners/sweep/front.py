@@ -33,11 +33,14 @@ def all_points(records: list[TrialRecord]) -> list[FrontPoint]:
             for r in records if r.status == "complete" for p in r.points]
 
 
+def cost_objectives(objectives: list[Objective]) -> list[Objective]:
+    """The cost objectives, cost-model ones (known before training) first, then serving."""
+    return [o for o in objectives if not o.measured] + [o for o in objectives if o.serving]
+
+
 def cost_key(objectives: list[Objective]) -> str:
-    """The objective a front is ordered by: the first cost-model objective, else the first
-    serving cost, else the first objective."""
-    costs = [o for o in objectives if not o.measured] + [o for o in objectives if o.serving]
-    return (costs or objectives)[0].name
+    """The objective a front is ordered by: the first cost objective, else the first objective."""
+    return (cost_objectives(objectives) or objectives)[0].name
 
 
 def replicate_rows(record: TrialRecord, k: int | None, objectives: list[Objective],
@@ -120,5 +123,5 @@ def noise_sentence(members: list[FrontPoint], quality: str | None, seeds: int) -
             f"{len(pairs) - apart} are within it.")
 
 
-__all__ = ["FrontPoint", "all_points", "cost_key", "front", "front_probabilities", "mark_ties",
+__all__ = ["FrontPoint", "all_points", "cost_key", "cost_objectives", "front", "front_probabilities", "mark_ties",
            "noise_sentence", "quality_name", "replicate_rows"]
