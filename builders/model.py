@@ -45,10 +45,12 @@ class LMOutput:
 
 
 class Block(nn.Module):
-    """One physical layer: a pre-norm residual mixer and a pre-norm residual FFN."""
+    """One physical layer: a pre-norm residual mixer and a pre-norm residual FFN (or, with
+    ``norm_placement: post``, each sublayer's output normalised before the residual add)."""
 
     def __init__(self, layer, norm: NormSpec, ctx: BuildCtx):
         super().__init__()
+        self.post_norm = layer.norm_placement == "post"
         self.mixer_norm = make_norm(norm, ctx.width)
         self.mixer = build_op(layer.mixer, ctx)
         self.has_ffn = not isinstance(layer.ffn, NoFFNSpec)
@@ -60,6 +62,9 @@ class Block(nn.Module):
     def mixer_step(self, h: torch.Tensor, **overrides) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The residual mixer and, returned explicitly, the auxiliary losses of every leaf
         that ran in it (:func:`builders.registry.call_op`)."""
+        if self.post_norm:
+            out, aux = call_op(self.mixer, h, **overrides)
+            return h + self.mixer_norm(out), aux
         out, aux = call_op(self.mixer, self.mixer_norm(h), **overrides)
         return h + out, aux
 
@@ -67,11 +72,13 @@ class Block(nn.Module):
         """The residual FFN, and for an MoE its balance loss and the routing it used."""
         if not self.has_ffn:
             return h, None, None
-        x = self.ffn_norm(h)
+        x = h if self.post_norm else self.ffn_norm(h)
+        aux = used = None
         if self.is_moe:
             y, aux, used = self.ffn(x, routing=routing, return_routing=True)
-            return h + y, aux, used
-        return h + self.ffn(x), None, None
+        else:
+            y = self.ffn(x)
+        return h + (self.ffn_norm(y) if self.post_norm else y), aux, used
 
     def run_mixer(self, h: torch.Tensor, **overrides) -> torch.Tensor:
         """The residual mixer alone (references and probes; the executor uses mixer_step)."""

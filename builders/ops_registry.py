@@ -6,6 +6,8 @@ parameter names), the ``torch`` backend the pure-PyTorch twin.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -17,6 +19,7 @@ from nas.spec import (
 from .layers import attention as attn_layers
 from .layers import ffn as ffn_layers
 from .layers import linear_mixers
+from .layers.norms import ZeroCenteredRMSNorm
 from .registry import BuildCtx, build_op, call_op, register
 
 
@@ -44,13 +47,25 @@ for _spec_type, _kind in ((GDNSpec, "gdn"), (DeltaNetSpec, "deltanet"), (KDASpec
 
 def _attn_kwargs(spec, ctx: BuildCtx) -> dict:
     return dict(hidden_size=ctx.width, num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
-                qkv_bias=spec.qkv_bias, qk_norm=spec.qk_norm, rope_theta=spec.rope_theta)
+                qkv_bias=spec.qkv_bias, qk_norm=bool(spec.qk_norm), rope_theta=spec.rope_theta)
+
+
+def _attn_options(spec: AttnSpec) -> dict:
+    """Options of ours beyond fla's (only where set, so fla's layer serves the rest)."""
+    kw = {}
+    if isinstance(spec.qk_norm, NormSpec):
+        kw["qk_norm_module"] = functools.partial(make_norm, spec.qk_norm)
+    if spec.qk_norm_over != "head":
+        kw["qk_norm_over"] = spec.qk_norm_over
+    if spec.rope_dim is not None and spec.rope_dim != spec.head_dim:
+        kw["rope_dim"] = spec.rope_dim
+    return kw
 
 
 @register(AttnSpec)
 def _attn(spec: AttnSpec, ctx: BuildCtx) -> nn.Module:
     kw = {**_attn_kwargs(spec, ctx), "window_size": spec.window, "head_dim": spec.head_dim,
-          "output_gate": spec.output_gate}
+          "output_gate": spec.output_gate, **_attn_options(spec)}
     # make_fla falls back to the torch layer for options fla lacks (output gate, head_dim)
     if ctx.backend == "fla":
         return attn_layers.make_fla("attn", **kw)
@@ -85,13 +100,16 @@ def _swiglu(spec: SwiGLUSpec, ctx: BuildCtx) -> nn.Module:
 def _moe(spec: MoESpec, ctx: BuildCtx) -> nn.Module:
     return ffn_layers.MoE(ctx.width, num_experts=spec.num_experts, top_k=spec.top_k,
                           expert_hidden=spec.expert_hidden,
-                          shared_expert_hidden=spec.shared_expert_hidden)
+                          shared_expert_hidden=spec.shared_expert_hidden,
+                          shared_expert_gate=spec.shared_expert_gate)
 
 
 def make_norm(spec: NormSpec, width: int) -> nn.Module:
     """The norm modules of the model (pre-norms, final norm, iteration and branch norms)."""
     if spec.kind == "layernorm":
         return nn.LayerNorm(width, eps=spec.eps)
+    if spec.zero_centered:
+        return ZeroCenteredRMSNorm(width, eps=spec.eps)
     return nn.RMSNorm(width, eps=spec.eps)
 
 

@@ -101,7 +101,7 @@ def _resolve_layer(layer: LayerSpec, model: ModelSpec, path: str) -> LayerSpec:
     ffn = _sized(_with_defaults(layer.ffn, model.defaults, f"{path}.ffn"), model.width, f"{path}.ffn")
     if isinstance(mixer, ParallelSpec) and mixer.branch_norm is True:  # the model's norm, written out
         mixer = mixer.model_copy(update={"branch_norm": model.norm})
-    return LayerSpec(mixer=mixer, ffn=ffn)
+    return LayerSpec(mixer=mixer, ffn=ffn, norm_placement=layer.norm_placement)
 
 
 # ---------------------------------------------------------------- hybrid placement
@@ -140,18 +140,20 @@ def _hybrid_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
         raise fail("hybrid.sampling_per", "applies only to placement: random (how often a "
                    "random pattern is drawn); remove it or set placement: random")
     ffn = spec.layer.ffn if spec.layer is not None else SwiGLUSpec()
+    where = spec.layer.norm_placement if spec.layer is not None else "pre"
     if hybrid.placement == "random":
         if len(hybrid.ratio) < 2:
             raise fail("hybrid.ratio", "placement 'random' switches between mixers; give at "
                        "least two names in the ratio")
         options = tuple(_hybrid_mixer(n, hybrid, format_path(("hybrid", "ratio", n)))
                         for n in hybrid.ratio)
-        return (LayerSpec(mixer=SwitchSpec(options=options), ffn=ffn),) * L
+        return (LayerSpec(mixer=SwitchSpec(options=options), ffn=ffn, norm_placement=where),) * L
     for n in hybrid.ratio:
         _hybrid_mixer(n, hybrid, format_path(("hybrid", "ratio", n)))
     explicit, names = isinstance(hybrid.placement, tuple), placement(hybrid, L)
     layers = tuple(LayerSpec(mixer=_hybrid_mixer(n, hybrid, f"hybrid.placement[{i}]" if explicit
-                                                 else format_path(("hybrid", "ratio", n))), ffn=ffn)
+                                                 else format_path(("hybrid", "ratio", n))), ffn=ffn,
+                             norm_placement=where)
                    for i, n in enumerate(names))
     if explicit:
         _check_explicit_ratio(hybrid, names)

@@ -50,6 +50,22 @@ class Spec(BaseModel):
             self.__pydantic_fields_set__.add("kind")
 
 
+class NormSpec(Spec):
+    """``zero_centered`` (RMSNorm only): the weight is stored as its offset from 1,
+    ``rms(x) · (1 + w)`` with w starting at 0 (Qwen3-Next): the same function at init and
+    the same parameter count as a plain RMSNorm; weight decay pulls the scale towards 1."""
+
+    kind: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    eps: PosFloat = 1e-6
+    zero_centered: bool = False
+
+    @model_validator(mode="after")
+    def _zero_centered_rms(self) -> "NormSpec":
+        if self.zero_centered and self.kind != "rmsnorm":
+            raise ValueError("zero_centered applies to rmsnorm only; remove it or use kind: rmsnorm")
+        return self
+
+
 # ---------------------------------------------------------------- mixers
 
 
@@ -126,6 +142,14 @@ class AttnSpec(Spec):
 
     ``head_dim=None`` means width / num_heads; ``output_gate`` is the head-specific
     sigmoid gate after SDPA (LT2 §3.4, Gated Attention).
+
+    ``qk_norm``: ``true`` is fla's RMSNorm (eps 1e-5) on q and k; a norm spec is that norm
+    (Qwen3: the model's RMSNorm; Qwen3-Next: zero-centred). ``qk_norm_over``: ``head``
+    normalises each head over head_dim (one weight of head_dim for q, one for k);
+    ``heads`` normalises the whole q projection (num_heads·head_dim) and the whole k
+    projection (num_kv_heads·head_dim), OLMo 2's QK-norm. ``rope_dim``: rotary on the first
+    ``rope_dim`` channels of each head only (partial rotary; None: all of them), with
+    frequencies over ``rope_dim`` as in GPT-NeoX and Qwen3-Next.
     """
 
     kind: Literal["attn"] = "attn"
@@ -134,8 +158,10 @@ class AttnSpec(Spec):
     head_dim: PositiveInt | None = None
     window: PositiveInt | None = None
     qkv_bias: bool = False
-    qk_norm: bool = False
+    qk_norm: bool | NormSpec = False
+    qk_norm_over: Literal["head", "heads"] = "head"
     rope_theta: PosFloat | None = 10000.0
+    rope_dim: PositiveInt | None = None
     output_gate: bool = False
 
 
@@ -173,11 +199,6 @@ BaseMixer = Annotated[
     Union[GDNSpec, DeltaNetSpec, KDASpec, Mamba2Spec, AttnSpec, DSASpec, NSASpec],
     Field(discriminator="kind"),
 ]
-
-
-class NormSpec(Spec):
-    kind: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    eps: PosFloat = 1e-6
 
 
 class ParallelSpec(Spec):
@@ -262,13 +283,16 @@ class SwiGLUSpec(Spec):
 
 
 class MoESpec(Spec):
-    """Top-k routed SwiGLU experts with an optional shared expert."""
+    """Top-k routed SwiGLU experts with an optional shared expert; ``shared_expert_gate``
+    scales the shared expert's output by ``sigmoid(w · x)`` per token (one weight vector
+    of width d, Qwen2-MoE / Qwen3-Next)."""
 
     kind: Literal["moe"] = "moe"
     num_experts: PositiveInt = 8
     top_k: PositiveInt = 2
     expert_hidden: PositiveInt | None = None
     shared_expert_hidden: NonNegInt = 0
+    shared_expert_gate: bool = False
     aux_loss_coef: NonNegFloat = 0.01
 
     @field_validator("top_k")
@@ -293,10 +317,15 @@ OpName = Literal["mixer", "ffn"]
 
 
 class LayerSpec(Spec):
-    """One physical layer: ``A(h) = h + Mixer(Norm(h))`` then ``F(h) = h + FFN(Norm(h))``."""
+    """One physical layer: ``A(h) = h + Mixer(Norm(h))`` then ``F(h) = h + FFN(Norm(h))``.
+
+    ``norm_placement: post`` normalises each sublayer's output instead of its input,
+    ``A(h) = h + Norm(Mixer(h))``, ``F(h) = h + Norm(FFN(h))`` (OLMo 2; OLMo-Hybrid's
+    attention layers): the same two norms, in the other place."""
 
     mixer: MixerSpec
     ffn: FFNSpec = SwiGLUSpec()
+    norm_placement: Literal["pre", "post"] = "pre"
 
 
 # ---------------------------------------------------------------- model

@@ -23,7 +23,8 @@ def unrolled_twin(arch: ArchSpec, loops: int | None = None) -> tuple[ArchSpec, l
                        "twin needs every FFN application to follow its own mixer")
         src = arch.layers[a.layer]
         paired = i + 1 < len(apps) and apps[i + 1].op == "ffn" and apps[i + 1].layer == a.layer
-        layers.append(LayerSpec(mixer=src.mixer, ffn=src.ffn if paired else NoFFNSpec()))
+        layers.append(LayerSpec(mixer=src.mixer, ffn=src.ffn if paired else NoFFNSpec(),
+                                norm_placement=src.norm_placement))
         sources.append(a.layer)
         i += 2 if paired else 1
     twin = arch.model_copy(update={"name": f"{arch.name}_unrolled", "layers": tuple(layers),

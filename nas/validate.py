@@ -67,6 +67,22 @@ def mixer_problems(m, width: int, path: str) -> list[Problem]:
     if isinstance(m, (AttnSpec, DSASpec, NSASpec)) and m.rope_theta is not None and m.head_dim % 2:
         out.append(Problem(f"{path}.head_dim", f"head_dim={m.head_dim} must be even for rope "
                            "(or set rope_theta: null)"))
+    if isinstance(m, AttnSpec):
+        out += _attn_option_problems(m, path)
+    return out
+
+
+def _attn_option_problems(m: AttnSpec, path: str) -> list[Problem]:
+    """Partial rotary and q/k-norm span: fields that only mean something with another."""
+    out = []
+    if m.rope_dim is not None:
+        if m.rope_theta is None:
+            out.append(Problem(f"{path}.rope_dim", "partial rotary needs rope; set rope_theta or remove rope_dim"))
+        elif m.rope_dim % 2 or m.rope_dim > m.head_dim:
+            out.append(Problem(f"{path}.rope_dim", f"rope_dim={m.rope_dim} must be even and at most "
+                               f"head_dim={m.head_dim}"))
+    if m.qk_norm_over != "head" and m.qk_norm is False:
+        out.append(Problem(f"{path}.qk_norm_over", "applies only with qk_norm; set qk_norm or remove it"))
     return out
 
 
@@ -187,6 +203,9 @@ def validate(arch: ArchSpec) -> list[Problem]:
         out += mixer_problems(layer.mixer, arch.model.width, f"layers[{i}].mixer")
         if isinstance(layer.mixer, SwitchSpec):
             out += switch_problems(arch, layer.mixer, f"layers[{i}].mixer", expected)
+        if isinstance(layer.ffn, MoESpec) and layer.ffn.shared_expert_gate and not layer.ffn.shared_expert_hidden:
+            out.append(Problem(f"layers[{i}].ffn.shared_expert_gate", "gates the shared expert and "
+                               "there is none; set shared_expert_hidden or remove it"))
     loop_out = loop_problems(arch)
     out += loop_out
     # Well-formed regions (disjoint or nested, inside the model) make the plan a tree in

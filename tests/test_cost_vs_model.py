@@ -78,7 +78,12 @@ def _attn_common(draw, kind):
 
 
 def _attn(draw):
-    return {**_attn_common(draw, "attn"), "window": draw(st.sampled_from([None, None, 4, 8]))}
+    out = {**_attn_common(draw, "attn"), "window": draw(st.sampled_from([None, None, 4, 8])),
+           "rope_dim": draw(st.sampled_from([None, None, 4]))}
+    if out["qk_norm"]:  # fla's norm, a norm spec (zero-centred, layernorm), per head or over all heads
+        out["qk_norm"] = draw(st.sampled_from([True, {"eps": 1e-6}, {"zero_centered": True}, {"kind": "layernorm"}]))
+        out["qk_norm_over"] = draw(st.sampled_from(["head", "heads"]))
+    return out
 
 
 def _dsa(draw):
@@ -122,7 +127,8 @@ def ffns(draw):
         e = draw(st.integers(1, 4))
         return {"kind": kind, "num_experts": e, "top_k": draw(st.integers(1, e)),
                 "expert_hidden": draw(st.sampled_from([None, 16, 32])),
-                "shared_expert_hidden": draw(st.sampled_from([0, 16]))}
+                "shared_expert_hidden": (shared := draw(st.sampled_from([0, 16]))),
+                "shared_expert_gate": bool(shared) and draw(flag)}
     return {"kind": kind}
 
 
@@ -175,6 +181,7 @@ def arch_dicts(draw):
     L = draw(st.integers(1, 5))
     model = {"vocab_size": draw(st.integers(8, 300)), "width": draw(st.sampled_from(range(32, 129, 16))),
              "tie_embeddings": draw(flag), "norm": {"kind": draw(st.sampled_from(["rmsnorm", "layernorm"]))}}
+    model["norm"]["zero_centered"] = model["norm"]["kind"] == "rmsnorm" and draw(rare)
     data: dict = {"name": "random", "model": model}
     if L >= 2 and draw(st.sampled_from([False, False, True])):
         a, b = draw(base_mixers()), draw(base_mixers())
@@ -183,9 +190,10 @@ def arch_dicts(draw):
                             "placement": draw(st.sampled_from(PLACEMENTS)),
                             "mixers": {"a": a, "b": b}})
     else:
-        data["layers"] = [{"mixer": draw(mixers()), "ffn": draw(ffns())} for _ in range(L)]
+        data["layers"] = [{"mixer": draw(mixers()), "ffn": draw(ffns()),
+                           "norm_placement": draw(st.sampled_from(["pre", "pre", "post"]))} for _ in range(L)]
     layers = data.get("layers", [data.get("layer")])
-    kinds = sorted({op["kind"] for layer in layers for op in layer.values()})
+    kinds = sorted({op["kind"] for layer in layers for op in layer.values() if isinstance(op, dict)})
     if "hybrid" in data:
         kinds += [m["kind"] for m in data["hybrid"]["mixers"].values()]
         kinds += ["switch"] if data["hybrid"]["placement"] == "random" else []
@@ -218,7 +226,12 @@ def coverage(arch: ArchSpec) -> set[str]:
     out.add(f"{len(arch.loops)} loop regions")
     flags = {"elastic": arch.elastic is not None, "schedule": any(r.schedule for r in arch.loops),
              "routing replay": any(r.routing_replay for r in arch.loops),
-             "untied": not arch.model.tie_embeddings, "layernorm": arch.model.norm.kind == "layernorm"}
+             "untied": not arch.model.tie_embeddings, "layernorm": arch.model.norm.kind == "layernorm",
+             "zero-centred norm": arch.model.norm.zero_centered,
+             "post-norm layer": any(l.norm_placement == "post" for l in arch.layers),
+             "partial rotary": any(getattr(l.mixer, "rope_dim", None) for l in arch.layers),
+             "qk norm over heads": any(getattr(l.mixer, "qk_norm_over", "head") == "heads" for l in arch.layers),
+             "shared expert gate": any(getattr(l.ffn, "shared_expert_gate", False) for l in arch.layers)}
     return out | {name for name, on in flags.items() if on}
 
 
@@ -341,7 +354,9 @@ def elementwise_params(op: Spec, d: int) -> int:
                 + (inner if op.D_has_hdim else op.num_heads) + ((proj + d) if op.use_bias else 0))
     if isinstance(op, (AttnSpec, DSASpec, NSASpec)):
         q, kv = op.num_heads * op.head_dim, (op.num_kv_heads or op.num_heads) * op.head_dim
-        norms = 2 * op.head_dim if getattr(op, "qk_norm", False) else 0
+        qk = getattr(op, "qk_norm", False)
+        norms = (q + kv if getattr(op, "qk_norm_over", "head") == "heads" else 2 * op.head_dim) if qk else 0
+        norms *= 2 if getattr(qk, "kind", None) == "layernorm" else 1
         return (q + 2 * kv if op.qkv_bias else 0) + norms
     return 0  # FFNs: bias-free Linears only
 

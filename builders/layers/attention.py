@@ -94,12 +94,17 @@ class Attention(nn.Module):
     ``output_gate``: Qwen3-Next gated attention, ``o = o * sigmoid(g_proj(x))`` per head
     and channel after SDPA, before ``o_proj``. ``rope_theta=None`` drops rotary (NoPE).
     ``max_position_embeddings`` and ``layer_idx`` only size fla's caches; kept for parity.
+    Beyond fla: ``qk_norm_module(size)`` makes q_norm/k_norm (default fla's RMSNorm, eps
+    1e-5); ``qk_norm_over="heads"`` normalises the whole q and k projections (OLMo 2)
+    instead of each head; ``rope_dim`` rotates only the first ``rope_dim`` channels of
+    each head (partial rotary, frequencies over ``rope_dim``).
     """
 
     def __init__(self, hidden_size: int = 2048, num_heads: int = 32, num_kv_heads: int | None = None,
                  qkv_bias: bool = False, qk_norm: bool = False, window_size: int | None = None,
                  rope_theta: float | None = 10000., max_position_embeddings: int | None = None,
-                 layer_idx: int | None = None, *, head_dim: int | None = None, output_gate: bool = False):
+                 layer_idx: int | None = None, *, head_dim: int | None = None, output_gate: bool = False,
+                 qk_norm_module=None, qk_norm_over: str = "head", rope_dim: int | None = None):
         super().__init__()
         self.num_kv_heads = _kv_heads(num_heads, num_kv_heads)
         self.hidden_size, self.num_heads = hidden_size, num_heads
@@ -112,18 +117,29 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(hidden_size, kv_dim, bias=qkv_bias)
         self.v_proj = nn.Linear(hidden_size, kv_dim, bias=qkv_bias)
         self.o_proj = nn.Linear(q_dim, hidden_size, bias=False)
+        self.qk_norm_over, self.rope_dim = qk_norm_over, rope_dim
         if qk_norm:  # fla: RMSNorm(head_dim, eps=1e-5) in fp32, weight named `weight`
-            self.q_norm = nn.RMSNorm(self.head_dim, eps=1e-5)
-            self.k_norm = nn.RMSNorm(self.head_dim, eps=1e-5)
+            make = qk_norm_module or functools.partial(nn.RMSNorm, eps=1e-5)
+            over = qk_norm_over == "heads"
+            self.q_norm = make(q_dim if over else self.head_dim)
+            self.k_norm = make(kv_dim if over else self.head_dim)
         if output_gate:
             self.g_proj = nn.Linear(hidden_size, q_dim, bias=False)
 
     def project(self, x: Tensor, offset: int = 0) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, T, D) at positions offset.. -> q (B, T, HQ, d), k and v (B, T, H, d): normed, rotated."""
-        q, k, v = (_heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if self.rope_theta is not None:
+        if self.qk_norm and self.qk_norm_over == "heads":  # over the projections, before the head split
+            q, k = self.q_norm(self.q_proj(x)), self.k_norm(self.k_proj(x))
+            q, k, v = _heads(q, self.head_dim), _heads(k, self.head_dim), _heads(self.v_proj(x), self.head_dim)
+        else:
+            q, k, v = (_heads(p(x), self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
+            if self.qk_norm:
+                q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope_theta is not None and self.rope_dim not in (None, self.head_dim):
+            r = self.rope_dim  # partial rotary: the first r channels of each head
+            q_rot, k_rot = apply_rotary(q[..., :r], k[..., :r], self.rope_theta, offset)
+            q, k = torch.cat([q_rot, q[..., r:]], -1), torch.cat([k_rot, k[..., r:]], -1)
+        elif self.rope_theta is not None:
             q, k = apply_rotary(q, k, self.rope_theta, offset)
         return q, k, v
 
@@ -346,7 +362,8 @@ def _fla_class(kind: str) -> type[nn.Module]:
 
 
 _TORCH = {"attn": Attention, "nsa": NativeSparseAttention}
-_TORCH_EXTRAS = {"attn": ("head_dim", "output_gate"), "nsa": ()}  # our kwargs fla lacks
+_TORCH_EXTRAS = {"attn": ("head_dim", "output_gate", "qk_norm_module", "qk_norm_over", "rope_dim"),
+                 "nsa": ()}  # our kwargs fla lacks
 
 
 def _torch_only(kind: str, kw: dict) -> bool:
@@ -356,7 +373,9 @@ def _torch_only(kind: str, kw: dict) -> bool:
     if kind == "nsa":
         return False
     default_dim = kw.get("hidden_size", 2048) // kw.get("num_heads", 32)
-    return bool(kw.get("output_gate")) or (kw.get("head_dim") or default_dim) != default_dim
+    ours = kw.get("qk_norm_module") is not None or kw.get("qk_norm_over", "head") != "head" \
+        or kw.get("rope_dim") is not None
+    return ours or bool(kw.get("output_gate")) or (kw.get("head_dim") or default_dim) != default_dim
 
 
 def make_fla(kind: str, **kw) -> nn.Module:

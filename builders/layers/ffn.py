@@ -66,7 +66,8 @@ def switch_aux_loss(probs: Tensor, indices: Tensor) -> Tensor:
 class MoE(nn.Module):
     """Top-k routed SwiGLU experts, softmax router, optional always-on shared expert.
 
-    Parameters: ``gate`` (router, Linear(D, E)), ``experts.{i}``, ``shared_expert``.
+    Parameters: ``gate`` (router, Linear(D, E)), ``experts.{i}``, ``shared_expert``,
+    ``shared_expert_gate`` (Linear(D, 1): the shared expert's output times its sigmoid).
     ``forward(x, routing=None, return_routing=False)``: with ``return_routing`` it returns
     ``(y, aux_loss, routing)``, the Switch balance loss (zero under replay) and the routing
     used, explicitly (no module state). ``routing`` replays a previous routing instead of
@@ -75,7 +76,8 @@ class MoE(nn.Module):
     """
 
     def __init__(self, hidden_size: int, num_experts: int = 8, top_k: int = 2,
-                 expert_hidden: int | None = None, shared_expert_hidden: int = 0):
+                 expert_hidden: int | None = None, shared_expert_hidden: int = 0,
+                 shared_expert_gate: bool = False):
         super().__init__()
         if not 1 <= top_k <= num_experts:
             raise ValueError(f"top_k={top_k} must lie in 1..num_experts={num_experts}")
@@ -86,6 +88,8 @@ class MoE(nn.Module):
         self.shared_expert = None
         if shared_expert_hidden:
             self.shared_expert = SwiGLU(hidden_size, intermediate_size=shared_expert_hidden)
+        if shared_expert_gate:
+            self.shared_expert_gate = nn.Linear(hidden_size, 1, bias=False)
 
     def route(self, x: Tensor) -> tuple[Routing, Tensor]:
         """x (N, D) -> top-k routing with weights renormalised over the k, and the aux loss."""
@@ -119,7 +123,10 @@ class MoE(nn.Module):
             aux = flat.new_zeros(())
         y = self.dispatch(flat, routing)
         if self.shared_expert is not None:
-            y = y + self.shared_expert(flat)
+            shared = self.shared_expert(flat)
+            if hasattr(self, "shared_expert_gate"):
+                shared = torch.sigmoid(self.shared_expert_gate(flat)) * shared
+            y = y + shared
         return (y.view_as(x), aux, routing) if return_routing else y.view_as(x)
 
 

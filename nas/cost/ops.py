@@ -104,14 +104,24 @@ def _mamba2_params(op: Mamba2Spec, d: int) -> int:
             + (inner if op.rmsnorm else 0) + (inner if op.D_has_hdim else heads) + inner * d + bias)
 
 
+def _qk_norm_params(op: AttnSpec | DSASpec, hd: int, q: int, kv: int) -> int:
+    """q_norm and k_norm: hd each per head (``qk_norm_over: head``), or q = H·hd and
+    kv = Hkv·hd over the whole projections (``heads``); twice that for a layernorm
+    (weight + bias). Partial rotary adds no parameters."""
+    if op.qk_norm is False:
+        return 0
+    per = 2 if isinstance(op.qk_norm, NormSpec) and op.qk_norm.kind == "layernorm" else 1
+    return per * (q + kv if getattr(op, "qk_norm_over", "head") == "heads" else 2 * hd)
+
+
 def _attn_core_params(op: AttnSpec | DSASpec, d: int) -> int:
     """q (d→H·hd), k, v (d→Hkv·hd), biases when ``qkv_bias``, o (H·hd→d, no bias),
-    q_norm/k_norm (hd each) when ``qk_norm``, g_proj (d→H·hd, no bias) when ``output_gate``.
-    With hd = d/H this is fla ``Attention`` exactly (which has no gate)."""
+    q_norm/k_norm when ``qk_norm`` (:func:`_qk_norm_params`), g_proj (d→H·hd, no bias)
+    when ``output_gate``. With hd = d/H this is fla ``Attention`` exactly (which has no gate)."""
     hd = _head_dim(op, d)
     q, kv = op.num_heads * hd, (op.num_kv_heads or op.num_heads) * hd
     bias = q + 2 * kv if op.qkv_bias else 0
-    return (2 * d * q + 2 * d * kv + bias + (2 * hd if op.qk_norm else 0)
+    return (2 * d * q + 2 * d * kv + bias + _qk_norm_params(op, hd, q, kv)
             + (d * q if op.output_gate else 0))
 
 
@@ -170,9 +180,11 @@ def _swiglu_params(op: SwiGLUSpec, d: int) -> int:
 
 def moe_params(op: MoESpec, d: int, experts: int | None = None) -> int:
     """Router ``gate`` (d→E, no bias), ``experts`` SwiGLU experts of ``expert_hidden``
-    (all E when None), and the shared SwiGLU expert of ``shared_expert_hidden`` (if > 0)."""
+    (all E when None), the shared SwiGLU expert of ``shared_expert_hidden`` (if > 0) and
+    its ``shared_expert_gate`` (d→1, no bias)."""
     n = op.num_experts if experts is None else experts
-    return d * op.num_experts + 3 * d * (n * op.expert_hidden + op.shared_expert_hidden)
+    gate = d if op.shared_expert_gate else 0
+    return d * op.num_experts + 3 * d * (n * op.expert_hidden + op.shared_expert_hidden) + gate
 
 
 @_rule(_PARAMS, MoESpec)
