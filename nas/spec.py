@@ -11,18 +11,71 @@ from the model width when lowered (see each field's description).
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import re
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
-    BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator,
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator,
+    model_validator,
 )
+
+from .errors import Problem, SpecError
 
 # Caps on counts that lowering and planning turn into Python lists and loops.
 MAX_LAYERS = 4096
 MAX_LOOPS = 1024
 # Sublayer applications in one forward pass (layers × nested T's): what a model may run.
 MAX_APPLICATIONS = 1 << 20
+
+
+MAX_NAME = 255
+_NAME = re.compile(r"\w[\w.+-]*")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a spec or space (None: it can). A name becomes a file or
+    directory name (``graph``'s ``<name>.png``, ``runs/<name>``), so it is one path piece of
+    letters, digits and ``_ . + -``, not starting with ``.``, ``+`` or ``-``."""
+    rule = ("a name is letters, digits and '_', '.', '+', '-' (first a letter, digit or '_'), "
+            f"at most {MAX_NAME} characters: it names output files")
+    if not name:
+        return f"is empty; {rule}"
+    if len(name) > MAX_NAME:
+        return f"has {len(name):,} characters; {rule}"
+    if not _NAME.fullmatch(name):
+        shown = ascii(name) if len(name) <= 40 else ascii(name[:37])[:-1] + "...'"
+        return f"{shown} cannot name a file; {rule}"
+    return None
+
+
+def _check_name(name: str) -> str:
+    problem = name_problem(name)
+    if problem is not None:
+        raise ValueError(problem)
+    return name
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
+
+
+def named_path(folder: str | Path, name: str, suffix: str = "") -> Path:
+    """``folder/<name><suffix>``, where a command writes by default for a spec or space
+    called ``name``, and never anywhere else: a name that is not one safe path piece is a
+    SpecError on ``name``; one too long for a file name with ``suffix`` is shortened to
+    fit, ending in a hash of the whole."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise SpecError([Problem("name", problem)])
+    stem, limit = name, 255 - len(suffix.encode())
+    if len(stem.encode()) > limit:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+        stem = stem.encode()[:limit - 13].decode(errors="ignore") + "-" + digest
+    path = Path(folder) / f"{stem}{suffix}"
+    assert path.parent == Path(folder) and path.name == f"{stem}{suffix}", path
+    return path
 
 
 def _no_bool(value: Any) -> Any:
@@ -635,10 +688,10 @@ class MatchSpec(Spec):
 class ArchSpec(Spec):
     """An architecture, in source or canonical form (see module docstring)."""
 
-    name: str = "arch"
+    name: Name = "arch"
     description: str = ""
     model: ModelSpec
-    layers: tuple[LayerSpec, ...] | None = None
+    layers: tuple[LayerSpec, ...] | None = Field(None, max_length=MAX_LAYERS)
     num_layers: Annotated[int, Field(gt=0, le=MAX_LAYERS, strict=True)] | None = None
     layer: LayerSpec | None = None
     hybrid: HybridSpec | None = None

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nas.spec import named_path
+
 from . import app
 from .common import OutOpt, SpecArg, UsageError, console, load
 
@@ -29,7 +31,10 @@ def graph_cmd(spec: SpecArg, out: OutOpt = None) -> None:
         raise UsageError(f"--out {out}: unknown format '{out.suffix}'; use one of "
                          f"{', '.join(FORMATS)}")
     arch = load(spec)
-    path = out if out is not None and not out.is_dir() else (out or Path()) / f"{arch.name}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    render(arch, path)
-    console.print(f"wrote {path}", highlight=False)
+    path = out if out is not None and not out.is_dir() else named_path(out or Path(), arch.name, ".png")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        render(arch, path)
+    except OSError as exc:
+        raise UsageError(f"--out {path}: cannot write: {exc.strerror or exc}") from None
+    console.print(f"wrote {path}", highlight=False, markup=False)
