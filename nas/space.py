@@ -37,6 +37,8 @@ import importlib.util
 import json
 import math
 import re
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
@@ -44,8 +46,12 @@ from typing import Annotated, Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from .errors import Problem, SpecError, from_validation_error, suggest
-from .load import parse_yaml, resolve, spec_from_dict
-from .spec import ArchSpec, MatchSpec
+from .load import parse_yaml, read_text, resolve, spec_from_dict
+from .proxy import (
+    CURRICULUM_SET, PROXY_ONLY, SAMPLER_CLASSES, SAMPLER_PARAMS, SET_BY_SWEEP, TASK_METRICS, TASK_PARAMS, ProxySpec,
+    sampler_class, task_metrics,
+)
+from .spec import ArchSpec, MatchSpec, Name
 
 COST_METRICS = {
     "unique_params": "unique parameters",
@@ -68,7 +74,16 @@ SERVING_METRICS = {
 }
 """Measured serving cost (``runners.bench``), one measurement per trial on the trial's own
 hardware, at the objective's ``seq_len`` (default: the space's) and ``batch_size`` (default 1)."""
-SAMPLERS = ("tpe", "nsga2", "random", "grid", "qmc", "gp", "cmaes", "bruteforce")
+SAMPLERS = tuple(SAMPLER_CLASSES)
+MAX_SEQ_LEN = 1 << 40
+"""The longest context a space prices (costs stay exact floats well beyond it)."""
+SeqLen = Annotated[int, Field(gt=0, le=MAX_SEQ_LEN, strict=True)]
+MAX_GRID = 100_000
+"""The most points a grid sampler may enumerate (Optuna lists the whole product)."""
+STORAGE_DRIVERS = {"sqlite": "sqlite3", "postgresql": "psycopg2", "mysql": "MySQLdb",
+                   "mariadb": "MySQLdb", "oracle": "cx_Oracle", "mssql": "pyodbc"}
+"""SQLAlchemy's dialects and the module of each one's default driver."""
+_STORAGE = re.compile(r"^(\w+)(?:\+(\w+))?://(.*)$", re.S)
 _CONSTRAINT = re.compile(r"^\s*(\w+)\s*(?:\(([^)]*)\))?\s*(<=|>=|<|>)\s*([-+0-9.eE_]+)\s*$")
 
 
@@ -95,6 +110,11 @@ class ParamSpec(_Data):
             raise ValueError("give either choices: [...] or low and high")
         if ranged and (self.low is None or self.high is None):
             raise ValueError("a range needs both low and high")
+        for key in ("low", "high", "step"):
+            if not math.isfinite(getattr(self, key) or 0):
+                raise ValueError(f"{key} is {getattr(self, key)}; bounds and steps are finite numbers")
+        if ranged and not math.isfinite(self.high - self.low):
+            raise ValueError(f"high - low overflows ({self.low} .. {self.high}); give a narrower range")
         if ranged and self.low > self.high:
             raise ValueError(f"low ({self.low}) exceeds high ({self.high})")
         if self.log and ranged and self.low <= 0:
@@ -124,7 +144,7 @@ class ObjectiveSpec(_Data):
 
     metric: str
     direction: Literal["minimize", "maximize"]
-    seq_len: PositiveInt | None = None
+    seq_len: SeqLen | None = None
     batch_size: PositiveInt | None = None
 
     @property
@@ -149,20 +169,6 @@ class ObjectiveSpec(_Data):
         return self.measured and not self.serving
 
 
-class ProxySpec(_Data):
-    """One proxy run: the trainer's settings (``runners.train.TrainConfig`` field names;
-    checked in full when the sweep starts) and the evaluation schedule."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    task: str = "mqar"
-    task_params: dict[str, Any] = Field(default_factory=dict)
-    steps: PositiveInt | None = None
-    tokens: PositiveInt | None = None
-    batch_size: PositiveInt = 32
-    eval_every: PositiveInt = 50
-
-
 class EarlyStopSpec(_Data):
     """Pareto-aware successive halving (see ``runners.sweep.stopping``): at each rung
     (optimizer step), a trial stops when at least ``min_beaten_by`` trials that cost no
@@ -176,8 +182,15 @@ class EarlyStopSpec(_Data):
 
 
 class ResourcesSpec(_Data):
-    cpu: float = Field(1.0, gt=0)
-    gpu: float = Field(0.0, ge=0)
+    """Per trial: CPUs, GPUs (``f`` ≤ 1 packs ``floor(1/f)`` trials on a GPU, ``f`` > 1
+    takes ``ceil(f)`` whole GPUs: ``runners.sweep.devices``), a memory cap at a fractional
+    trial's share of its GPU, and on Ray the node's ``accelerator_type`` (``H100``)."""
+
+    cpu: float = Field(1.0, gt=0, allow_inf_nan=False)
+    gpu: float = Field(0.0, ge=0, allow_inf_nan=False)
+    memory_cap: bool = Field(True, description="cap a fractional trial's CUDA memory at its share")
+    accelerator_type: str | None = Field(None, strict=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                                         description="Ray's accelerator type of the nodes to run on (A100, H100)")
 
 
 class SearchSpec(_Data):
@@ -187,7 +200,9 @@ class SearchSpec(_Data):
     concurrency: PositiveInt = 2
     resources: ResourcesSpec = ResourcesSpec()
     early_stopping: EarlyStopSpec | None = None
-    trial_timeout: float | None = Field(None, gt=0, description="seconds per trial")
+    trial_timeout: float | None = Field(None, gt=0, allow_inf_nan=False, description="seconds per trial")
+    on_oom: Literal["retry_alone", "fail"] = Field("retry_alone", description="a trial that runs out of "
+                                                   "CUDA memory beside others: rerun it alone on a whole GPU, or record it oom")
     seed: int = 0
     storage: str | None = Field(None, description="an Optuna RDB URL (sqlite:///x.db, "
                                 "postgresql://...) instead of the experiment's journal file")
@@ -230,7 +245,7 @@ class OneShotSpec(_Data):
 
 
 class SpaceSpec(_Data):
-    name: str = "space"
+    name: Name = "space"
     description: str = ""
     base: str | dict[str, Any] | None = None
     params: dict[str, ParamSpec] = Field(default_factory=dict)
@@ -240,7 +255,7 @@ class SpaceSpec(_Data):
     proxy: ProxySpec
     search: SearchSpec = SearchSpec()
     oneshot: OneShotSpec | None = None
-    seq_len: PositiveInt = Field(1024, description="context at which cost sheets are priced")
+    seq_len: SeqLen = Field(1024, description="context at which cost sheets are priced")
 
 
 @dataclass(frozen=True)
@@ -275,7 +290,10 @@ class Space:
         """Sample one candidate: (user-level spec mapping, proxy overrides, params)."""
         base = copy.deepcopy(self.base) if self.base is not None else None
         if self.sample_fn is not None:
-            out = self.sample_fn(trial, base)
+            try:
+                out = self.sample_fn(trial, base)
+            except Exception as exc:  # the user's code: this candidate is infeasible, with why
+                raise SpecError([Problem("sample", f"raised {_one_line(exc)}")], str(self.source)) from None
             data = out.model_dump(mode="json", exclude_unset=True) if isinstance(out, ArchSpec) else out
             if not isinstance(data, dict):
                 raise SpecError([Problem("sample", f"must return a spec mapping or ArchSpec, got "
@@ -389,13 +407,17 @@ def parse_constraint(text: str, path: str) -> Constraint:
     seq_len = None
     for arg in filter(None, (a.strip() for a in (args or "").split(","))):
         key, _, value = arg.partition("=")
-        if key.strip() != "seq_len" or not value.strip().isdigit():
+        if key.strip() != "seq_len" or not re.fullmatch(r"[0-9]{1,13}", value.strip()):
             raise SpecError([Problem(path, f"{arg!r}: the only argument is seq_len=<int>")])
         seq_len = int(value)
+        if not 0 < seq_len <= MAX_SEQ_LEN:
+            raise SpecError([Problem(path, f"seq_len={seq_len} is not in 1..{MAX_SEQ_LEN}")])
     try:
         number = float(bound.replace("_", ""))
     except ValueError:
         raise SpecError([Problem(path, f"{bound!r} is not a number")]) from None
+    if not math.isfinite(number):
+        raise SpecError([Problem(path, f"{bound!r} is not a finite number")])
     return Constraint(metric, seq_len, op, number, text.strip())
 
 
@@ -420,6 +442,8 @@ def _problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[Problem]
             out.append(Problem(f"params.{name}.target", f"{target!r} is not a spec field; "
                                f"{suggest(target.split('.')[0], ArchSpec.model_fields)}targets start with "
                                "a spec field (model, layer, loop, hybrid, elastic, ...) or 'proxy.'"))
+        elif base is not None or target.startswith("proxy."):
+            out += _target_problems(spec, name, p)
     quality = [o for o in spec.objectives if o.quality]
     if len(quality) > 1:
         out.append(Problem("objectives", "at most one proxy quality objective; the others must be "
@@ -448,10 +472,178 @@ def _problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[Problem]
                 out.append(Problem("search.early_stopping.rungs", f"rung {r} is not before the last step "
                                    f"(proxy.steps = {spec.proxy.steps}); a rung must leave training to stop"))
     sampler = spec.search.sampler
-    if sampler.lower() not in SAMPLERS and not sampler.endswith("Sampler"):
-        out.append(Problem("search.sampler", f"unknown sampler {sampler!r}; {suggest(sampler, SAMPLERS)}"
-                           f"use one of {', '.join(SAMPLERS)} or an Optuna sampler class name"))
+    if sampler_class(sampler) is None:
+        out.append(Problem("search.sampler", f"unknown sampler {sampler!r}; {suggest(sampler, [*SAMPLERS, *SAMPLER_PARAMS])}"
+                           f"use one of {', '.join(SAMPLERS)} or an Optuna sampler class name "
+                           f"({', '.join(SAMPLER_PARAMS)})"))
+    return out + _run_problems(spec)
+
+
+def _field_problem(root: type[BaseModel], parts: list[str]) -> str | None:
+    """Why the dotted path ``parts`` names no field below the model ``root`` (None: it
+    does). Below a mapping of free keys (``hybrid.ratio.<name>``, ``model.defaults``)
+    anything goes; a list or a scalar has nothing below it."""
+    tp: Any = root
+    for i, part in enumerate(parts):
+        where = ".".join(parts[:i]) or "the spec"
+        options = _members_of(tp)
+        if options is None:
+            return None
+        models = [m for m in options if isinstance(m, type) and issubclass(m, BaseModel)]
+        free = [m for m in options if typing.get_origin(m) is dict]
+        if free and not part:
+            return f"{where} has an empty key; write dotted field names"
+        if free:
+            tp = typing.Union[tuple(typing.get_args(m)[1] for m in free)]
+            continue
+        if not models:
+            return f"{where} is a value, not a mapping: it has no field {part!r}"
+        fields = sorted({f for m in models for f in m.model_fields})
+        if part not in fields:
+            return (f"{part!r} is not a field of {where}; {suggest(part, fields)}"
+                    f"its fields: {', '.join(fields)}")
+        tp = typing.Union[tuple(m.model_fields[part].annotation for m in models if part in m.model_fields)]
+    return None
+
+
+def _members_of(tp: Any) -> list | None:
+    """The types a value of ``tp`` may have (Annotated, Optional and unions unwrapped);
+    None where anything goes."""
+    if tp is Any:
+        return None
+    if typing.get_origin(tp) is Annotated:
+        return _members_of(typing.get_args(tp)[0])
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        out = []
+        for arg in typing.get_args(tp):
+            sub = _members_of(arg)
+            if sub is None:
+                return None
+            out += sub
+        return out
+    return [tp]
+
+
+def _target_problems(spec: SpaceSpec, name: str, p: ParamSpec) -> list[Problem]:
+    """A target that names no field; for a trainer setting (``proxy.``), also each value
+    the parameter can take, checked as the trainer and the task would check it."""
+    target = p.target or name
+    parts = target.split(".")
+    proxy = parts[0] == "proxy"
+    problem = _field_problem(ProxySpec if proxy else ArchSpec, parts[1:] if proxy else parts)
+    if problem is not None:
+        return [Problem(f"params.{name}.target", f"{target!r}: {problem}")]
+    if not proxy or len(parts) < 2 or proxy_problems(spec.proxy):
+        return []  # the proxy's own problems are reported once, at proxy
+    values = ([(f"choices[{i}]", c) for i, c in enumerate(p.choices)] if p.choices is not None
+              else [("low", p.low), ("high", p.high)])
+    for where, value in values:
+        data = spec.proxy.model_dump(mode="json", exclude_unset=True)
+        set_path(data, ".".join(parts[1:]), value)
+        try:
+            problems = proxy_problems(ProxySpec.model_validate(data))
+        except ValidationError as exc:
+            problems = from_validation_error(exc, ProxySpec).problems
+        if problems:
+            first = problems[0]
+            return [Problem(f"params.{name}.{where}", f"{value!r} does not work as {target}: "
+                                                      f"{first.path + ': ' if first.path else ''}{first.message}")]
+    return []
+
+
+def proxy_problems(proxy: ProxySpec, prefix: str = "") -> list[Problem]:
+    """The proxy's task and task parameters, as ``runners.tasks.make_task`` would check
+    them (:data:`nas.proxy.TASK_PARAMS`); paths under ``prefix``."""
+    if proxy.task not in TASK_PARAMS:
+        return [Problem(f"{prefix}task", f"unknown task {proxy.task!r}; {suggest(proxy.task, TASK_PARAMS)}"
+                                         f"known tasks: {', '.join(TASK_PARAMS)}")]
+    out: list[Problem] = []
+    params = TASK_PARAMS[proxy.task]
+    given = [("task_params", proxy.task_params)] + [(f"extrapolate[{i}]", {**proxy.task_params, **e})
+                                                    for i, e in enumerate(proxy.extrapolate)]
+    for where, values in given:
+        if proxy.curriculum is not None:
+            fixed = sorted(set(values) & set(CURRICULUM_SET))
+            if fixed:
+                out.append(Problem(f"{prefix}{where}", f"{', '.join(fixed)}: set by the curriculum per "
+                                                       "stage; remove them"))
+            values = {**values, "n": 2, "m": 2}
+        try:
+            params.model_validate(values)
+        except ValidationError as exc:
+            for e in from_validation_error(exc, params).problems:
+                path = f"{where}.{e.path}" if e.path else where
+                out.append(Problem(f"{prefix}{path}", f"task {proxy.task!r}: {e.message}"))
     return out
+
+
+def _run_problems(spec: SpaceSpec) -> list[Problem]:
+    """What the sweep would find when it starts or in every trial: the proxy's task, the
+    quality metric it reports, the sampler's parameters, a grid too large to list, the
+    study's storage."""
+    out = proxy_problems(spec.proxy, "proxy.")
+    if spec.oneshot is None and spec.proxy.steps is None and spec.proxy.tokens is None and spec.proxy.curriculum is None:
+        out.append(Problem("proxy", "set steps or tokens (or a curriculum, whose stage budgets cap the run)"))
+    task = spec.oneshot.search.task if spec.oneshot is not None and spec.oneshot.search.task else spec.proxy.task
+    params = spec.oneshot.search.task_params if spec.oneshot is not None and spec.oneshot.search.task else (
+        {**spec.proxy.task_params, **(spec.oneshot.search.task_params if spec.oneshot else {})})
+    known = (*task_metrics(task, params), "quality", *(("n", "n_max") if spec.proxy.curriculum else ()))
+    for i, o in enumerate(spec.objectives):
+        if o.quality and task in TASK_METRICS and o.metric not in known:
+            out.append(Problem(f"objectives[{i}].metric", f"task {task!r} reports no metric {o.metric!r}; "
+                               f"{suggest(o.metric, known)}it reports {', '.join(known)}; cost metrics: "
+                               f"{', '.join(COST_METRICS)}; serving metrics: {', '.join(SERVING_METRICS)}"))
+    search = spec.search
+    cls = sampler_class(search.sampler)
+    if cls is not None:
+        allowed = [n for n in SAMPLER_PARAMS[cls] if n not in SET_BY_SWEEP]
+        for key in search.sampler_params:
+            if key not in allowed:
+                why = "the sweep sets it from constraints" if key in SET_BY_SWEEP else (
+                    f"{suggest(key, allowed)}{cls} takes {', '.join(allowed)}")
+                out.append(Problem(f"search.sampler_params.{key}", f"not a parameter of {cls}: {why}"))
+    if cls == "GridSampler" and spec.oneshot is None and "search_space" not in search.sampler_params:
+        size = grid_points(spec)
+        if size is not None and size > MAX_GRID:
+            many = f"{size:,}" if size < 10**15 else f"about 10^{len(str(size)) - 1}"
+            out.append(Problem("search.sampler", f"a grid of {many} points is more than {MAX_GRID:,} "
+                               "to list; use tpe or random, or fewer choices / a larger step"))
+    if search.storage is not None:
+        problem = storage_problem(search.storage)
+        if problem is not None:
+            out.append(Problem("search.storage", problem))
+    return out
+
+
+def storage_problem(url: str) -> str | None:
+    """Why the Optuna RDB URL ``url`` cannot be opened here (None: it looks openable). Checks
+    the form, the dialect, that SQLAlchemy and the driver are installed (without importing
+    them) and, for SQLite, that the database's directory exists."""
+    m = _STORAGE.match(url)
+    if m is None:
+        return f"{url[:60]!r} is not a database URL; write e.g. sqlite:///study.db or postgresql://user@host/db"
+    dialect, driver, rest = m.groups()
+    if dialect not in STORAGE_DRIVERS:
+        return (f"unknown database {dialect!r}; {suggest(dialect, STORAGE_DRIVERS)}"
+                f"use one of {', '.join(STORAGE_DRIVERS)}")
+    if importlib.util.find_spec("sqlalchemy") is None:
+        return "an RDB storage needs SQLAlchemy: pip install sqlalchemy (or remove storage)"
+    module = {"pysqlite": "sqlite3", "mysqldb": "MySQLdb", "mysqlconnector": "mysql.connector"}.get(
+        driver, driver) or STORAGE_DRIVERS[dialect]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return f"the {dialect} driver {module!r} is not installed; pip install it, or use sqlite:///study.db"
+    if dialect == "sqlite":
+        path = rest.split("?", 1)[0]
+        if path in ("", "/", "/:memory:"):
+            return "an in-memory SQLite study is lost with the driver; give a file: sqlite:///study.db"
+        folder = Path(path[1:]).parent
+        if not folder.is_dir():
+            return f"no directory {str(folder)!r} for the SQLite file; create it or give another path"
+    return None
 
 
 def _oneshot_problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[Problem]:
@@ -498,7 +690,27 @@ def _oneshot_problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[
                                                     "train: remove early_stopping"))
     if "steps" in one.train and "tokens" in one.train:
         out.append(Problem("oneshot.train", "set steps or tokens, not both"))
+    else:
+        out += _supernet_problems(spec)
     return out
+
+
+def _supernet_problems(spec: SpaceSpec) -> list[Problem]:
+    """``oneshot.train`` over the proxy, as ``runners.oneshot.supernet_config`` merges them."""
+    train = spec.oneshot.train
+    data = {**spec.proxy.model_dump(mode="json", exclude_unset=True), **train}
+    if "steps" in train or "tokens" in train:
+        data = {k: v for k, v in data.items() if k not in ("steps", "tokens") or k in train}
+    if set(train) & set(PROXY_ONLY):
+        return [Problem(f"oneshot.train.{k}", "a sweep setting, not a trainer setting: set it in proxy")
+                for k in sorted(set(train) & set(PROXY_ONLY))]
+    try:
+        merged = ProxySpec.model_validate(data)
+    except ValidationError as exc:
+        return from_validation_error(exc, ProxySpec, ("oneshot", "train")).problems
+    if merged.steps is None and merged.tokens is None and merged.curriculum is None:
+        return [Problem("oneshot.train", "the supernet needs steps or tokens (here or in proxy)")]
+    return proxy_problems(merged, "oneshot.train.") if train.keys() & {"task", "task_params"} else []
 
 
 def _load_base(base: str | dict | None, folder: Path, source: str) -> dict | None:
@@ -515,24 +727,29 @@ def _load_base(base: str | dict | None, folder: Path, source: str) -> dict | Non
             raise SpecError([Problem("base", f"{base!r} is neither a file nor a shipped architecture; "
                                              f"{suggest(base, arch_names())}")], source)
         path = shipped
-    return parse_yaml(path.read_text(), str(path))
+    return parse_yaml(*read_text(path))
 
 
 def _space_data(path: Path) -> tuple[dict, Callable | None]:
     if path.suffix != ".py":
-        return parse_yaml(path.read_text(), str(path)), None
+        return parse_yaml(*read_text(path, "space")), None
     module_spec = importlib.util.spec_from_file_location(f"_loopnas_space_{path.stem}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # a user's file: report, never a traceback
-        raise SpecError([Problem("", f"importing the space file failed: {type(exc).__name__}: {exc}")],
+    except (Exception, SystemExit) as exc:  # a user's file: report, never a traceback or an exit
+        raise SpecError([Problem("", f"importing the space file failed: {_one_line(exc)}")],
                         str(path)) from None
     data, fn = getattr(module, "SPACE", None), getattr(module, "sample", None)
     if not isinstance(data, dict) or not callable(fn):
         raise SpecError([Problem("", "a Python space defines SPACE (a mapping) and "
                                      "sample(trial, base) (returns a spec)")], str(path))
     return data, fn
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
 
 def load_space(path: str | Path) -> Space:
@@ -595,19 +812,34 @@ def grid_size(space: Space) -> int | None:
 
         c = counts(space)
         return prod(comb(sum(c[i:]), c[i]) for i in range(len(c))) * len(loop_choices(space))
+    return grid_points(space.spec)
+
+
+def grid_points(spec: SpaceSpec) -> int | None:
+    """The product of :func:`param_points` over the parameters (None: one is continuous);
+    counted, never listed."""
     total = 1
-    for p in space.spec.params.values():
-        if p.kind == "categorical":
-            total *= len(p.choices)
-        elif p.kind == "int":
-            total *= (int(p.high) - int(p.low)) // int(p.step or 1) + 1
-        elif p.step is not None:
-            total *= int(math.floor((p.high - p.low) / p.step)) + 1
-        else:
+    for p in spec.params.values():
+        n = param_points(p)
+        if n is None:
             return None
+        total *= n
     return total
+
+
+def param_points(p: ParamSpec) -> int | None:
+    """How many values a grid gives ``p`` (None: a float range without a step)."""
+    if p.kind == "categorical":
+        return len(p.choices)
+    if p.kind == "int":
+        return (int(p.high) - int(p.low)) // int(p.step or 1) + 1
+    if p.step is None:
+        return None
+    n = (p.high - p.low) / p.step  # finite bounds, but a tiny step can overflow
+    return int(n + 1e-9) + 1 if math.isfinite(n) else 1 << 1024
 
 
 __all__ = ["COST_METRICS", "SERVING_METRICS", "SAMPLERS", "ParamSpec", "ObjectiveSpec", "ProxySpec", "EarlyStopSpec",
            "SearchSpec", "OneShotSpec", "OneShotSearchSpec", "SpaceSpec", "Constraint", "Space", "load_space", "parse_constraint",
-           "set_path", "spec_hash", "cost_value", "violations", "grid_size"]
+           "set_path", "spec_hash", "cost_value", "violations", "grid_size", "grid_points",
+           "param_points", "proxy_problems", "storage_problem", "MAX_GRID"]

@@ -58,7 +58,7 @@ def test_a_study_never_suggests_the_condition_when_it_fails(tmp_path):
 def test_ranges_int_float_log_and_proxy_targets(tmp_path):
     space = load_space(write(tmp_path, BASE.replace("params:\n", """params:
   width: {target: model.width, low: 32, high: 96, step: 32}
-  lr: {target: proxy.lr, low: 1e-4, high: 1e-2, log: true}
+  lr: {target: proxy.lr, low: 5e-4, high: 1e-2, log: true}
 """)))
     assert space.spec.params["width"].kind == "int" and space.spec.params["lr"].kind == "float"
     data, proxy, params = space.suggest(optuna.trial.FixedTrial({"width": 96, "lr": 3e-3, "boundary": "none"}))
@@ -72,7 +72,7 @@ def test_non_scalar_choices_travel_as_labels(tmp_path):
         params:
           ratio: {target: hybrid.ratio, choices: [{attn: 1, gdn: 1}, {attn: 1, gdn: 3}]}
         objectives: [{metric: acc, direction: maximize}]
-        proxy: {task: s5}
+        proxy: {task: s5, steps: 4}
         """))
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     trial = study.ask()
@@ -149,7 +149,7 @@ def test_python_space_is_define_by_run(tmp_path):
             "name": "py",
             "base": "tiny_noloop",
             "objectives": [{"metric": "acc", "direction": "maximize"}],
-            "proxy": {"task": "s5"},
+            "proxy": {"task": "s5", "steps": 4},
         }
 
         def sample(trial, base):

@@ -21,12 +21,12 @@ def is_space(path: Path) -> bool:
         return True
     if path.suffix not in (".yaml", ".yml") or not path.is_file():
         return False
-    import yaml
+    from nas.load import parse_yaml, read_text
     try:
-        data = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError, ValueError):
-        return False
-    return isinstance(data, dict) and "objectives" in data
+        data = parse_yaml(*read_text(path))
+    except SpecError:
+        return False  # load() reports it
+    return "objectives" in data
 
 
 def check(path: Path) -> str:
@@ -43,7 +43,8 @@ def check(path: Path) -> str:
         elif space.sample_fn is not None:
             what = "define-by-run sample(trial, base)"
         else:
-            what = f"{len(space.spec.params)} parameters" + (f" ({size} grid points)" if size else "")
+            many = f"{size}" if (size or 0) < 10**12 else f"about 10^{len(str(size)) - 1}"
+            what = f"{len(space.spec.params)} parameters" + (f" ({many} grid points)" if size else "")
         return (f"space {space.name}: {what}"
                 + f", {len(space.constraints)} constraints, objectives "
                 + ", ".join(f"{o.direction} {o.name}" for o in space.spec.objectives))
@@ -70,6 +71,6 @@ def validate_cmd(
             for line in str(exc).splitlines():
                 console_err.print(f"error: {line}", markup=False, highlight=False)
             continue
-        console.print(f"ok  {spec}  ({line})", highlight=False)
+        console.print(f"ok  {spec}  ({line})", highlight=False, markup=False)
     if failed:
         raise typer.Exit(2)

@@ -28,7 +28,7 @@ def supernet_config(space: Space) -> TrainConfig:
     """The space's proxy settings with ``oneshot.train`` over them, checkpointing at every
     evaluation (so an interrupted supernet resumes)."""
     one = space.spec.oneshot
-    data = {**space.spec.proxy.model_dump(mode="json", exclude_none=True), **one.train}
+    data = {**space.spec.proxy.trainer(), **one.train}
     if "steps" in one.train or "tokens" in one.train:
         data = {k: v for k, v in data.items() if k not in ("steps", "tokens") or k in one.train}
     data.update(seed=space.spec.search.seed, freeze_ffn=one.freeze_ffn)
