@@ -42,6 +42,9 @@ _register()
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: known errors become one line per problem and exit code 2."""
+    for stream in (sys.stdout, sys.stderr):  # a path may hold bytes that are not UTF-8
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         rc = app(args=argv, standalone_mode=False)
     except SpecError as exc:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from nas.cost import DEFAULT_SEQ_LEN, CostSheet, Figures, cost
@@ -52,7 +53,7 @@ def _figure_rows(f: Figures) -> list[tuple[str, str]]:
 
 
 def summary(sheet: CostSheet) -> Table:
-    table = Table(title=f"{sheet.name}: cost at context {sheet.seq_len}, {sheet.dtype}")
+    table = Table(title=f"{escape(sheet.name)}: cost at context {sheet.seq_len}, {sheet.dtype}")
     table.add_column("quantity", no_wrap=True)
     table.add_column("value", justify="right", no_wrap=True)
     rows = [("unique params", f"{sheet.unique_params:,}"),
@@ -76,11 +77,16 @@ def per_k(sheet: CostSheet) -> Table:
     return table
 
 
+MAX_ROWS = 64  # a table of thousands of rows takes rich minutes to lay out
+
+
 def breakdown(sheet: CostSheet) -> Table:
-    table = Table(title="per sublayer: FLOPs/token over all runs, memory/sequence", box=box.SIMPLE)
+    ops = sheet.figures.ops
+    more = f"; the first {MAX_ROWS} of {len(ops)}, --json lists every one" if len(ops) > MAX_ROWS else ""
+    table = Table(title=f"per sublayer: FLOPs/token over all runs, memory/sequence{more}", box=box.SIMPLE)
     for col in ("sublayer", "kind", "params", "runs", "proj", "seq", "KV", "state"):
         table.add_column(col, justify="left" if col in ("sublayer", "kind") else "right", no_wrap=True)
-    for r in sheet.figures.ops:
+    for r in ops[:MAX_ROWS]:
         table.add_row(f"{r.layer}.{r.op}", r.kind, f"{r.params:,}", str(r.applications),
                       _si(r.projection_flops), _si(r.seq_mixing_flops),
                       _bytes(r.kv_cache_bytes), _bytes(r.state_bytes))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from nas.graph import describe, update_label
@@ -15,13 +16,17 @@ from . import app
 from .common import SpecArg, console, load
 
 
+MAX_ROWS = 64  # a table of thousands of rows takes rich minutes to lay out
+
+
 def summary(arch) -> Table:
     runs = applications(arch)
-    table = Table(title=f"{arch.name}: {len(arch.layers)} layers, width {arch.model.width}, "
-                        f"vocab {arch.model.vocab_size}")
+    more = f" (the first {MAX_ROWS}; the YAML below lists every one)" if len(arch.layers) > MAX_ROWS else ""
+    table = Table(title=f"{escape(arch.name)}: {len(arch.layers)} layers, width {arch.model.width}, "
+                        f"vocab {arch.model.vocab_size}{more}")
     for col in ("layer", "mixer", "ffn", "mixer runs", "ffn runs", "loops"):
         table.add_column(col)
-    for i, layer in enumerate(arch.layers):
+    for i, layer in enumerate(arch.layers[:MAX_ROWS]):
         regions = [str(j) for j, r in enumerate(arch.loops)
                    if r.start.flat <= 2 * i + 1 and 2 * i <= r.end.flat]
         mixer_runs = runs[OpAddr(layer=i, op="mixer")]
@@ -43,10 +48,13 @@ def show_cmd(
     arch = load(spec)
     if not yaml_only:
         console.print(summary(arch))
-        for j, r in enumerate(arch.loops):
+        for j, r in enumerate(arch.loops[:MAX_ROWS]):
             rules = update_label(arch, r)
             console.print(f"loop {j}: {r.start} .. {r.end}  T={r.T}  update={r.update.kind}"
                           f"  conditioning={r.conditioning}" + (f"  ({rules})" if rules else ""),
+                          highlight=False)
+        if len(arch.loops) > MAX_ROWS:
+            console.print(f"... {len(arch.loops) - MAX_ROWS} more loop regions (in the YAML below)",
                           highlight=False)
         if arch.elastic is not None:
             d = arch.elastic.train
