@@ -1,6 +1,7 @@
 """YAML in, YAML out. Every failure is a :class:`SpecError` naming the source."""
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Hashable
 from pathlib import Path
@@ -26,14 +27,7 @@ references while parsing, but copies once validated, hashed and written (billion
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml parses 5x faster
-    """``safe_load`` that rejects a repeated key instead of silently keeping the last, and a
-    document whose aliases expand beyond :data:`MAX_NODES` nodes."""
-
-    def get_single_node(self):
-        node = super().get_single_node()
-        if node is not None:
-            _check_expansion(node)
-        return node
+    """``safe_load`` that rejects a repeated key instead of silently keeping the last."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -48,6 +42,17 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml parses 
             if isinstance(key, Hashable):
                 seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+class _AliasLoader(_Loader):
+    """:class:`_Loader` that also refuses a document whose aliases expand beyond
+    :data:`MAX_NODES` nodes (only a document with an anchor can have aliases)."""
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _check_expansion(node)
+        return node
 
 
 class _TooLarge(yaml.YAMLError):
@@ -104,8 +109,10 @@ def parse_yaml(text: str, source: str | None = None) -> dict[str, Any]:
     if len(text) > MAX_BYTES:
         raise SpecError([Problem("", f"{len(text):,} characters is larger than any spec or space "
                                      f"(at most {MAX_BYTES:,}); is this the right file?")], source)
-    try:
-        data = yaml.load(text, Loader=_Loader)
+    collect = gc.isenabled()
+    gc.disable()  # a document allocates only trees; the collector would double the time
+    try:  # without an anchor there is no alias to count
+        data = yaml.load(text, Loader=_AliasLoader if "&" in text else _Loader)
     except _TooLarge as exc:
         raise SpecError([Problem("", str(exc))], source) from None
     except yaml.YAMLError as exc:
@@ -115,6 +122,9 @@ def parse_yaml(text: str, source: str | None = None) -> dict[str, Any]:
         raise SpecError([Problem("", f"malformed YAML: {what}")], source) from None
     except RecursionError:
         raise SpecError([Problem("", "malformed YAML: nested too deeply")], source) from None
+    finally:
+        if collect:
+            gc.enable()
     if not isinstance(data, dict):
         got = "an empty file" if data is None else _KINDS.get(type(data), type(data).__name__)
         raise SpecError([Problem("", "the spec must be a YAML mapping with at least "

@@ -752,8 +752,9 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
 
-def load_space(path: str | Path) -> Space:
-    """Load and check a space file (.yaml or .py); raises :class:`SpecError`."""
+def load_space(path: str | Path, data: dict | None = None) -> Space:
+    """Load and check a space file (.yaml or .py); raises :class:`SpecError`. ``data``: the
+    YAML file's mapping, when the caller has parsed it already."""
     path = Path(path)
     if not path.is_file():
         from spaces import space_path
@@ -762,7 +763,7 @@ def load_space(path: str | Path) -> Space:
         if shipped is None:
             raise SpecError([Problem("", "no such space file or shipped space")], str(path))
         path = shipped
-    data, fn = _space_data(path)
+    data, fn = (data, None) if data is not None else _space_data(path)
     try:
         spec = SpaceSpec.model_validate(data)
     except ValidationError as exc:

@@ -12,8 +12,9 @@ from . import app
 from .common import console, console_err, load
 
 
-def is_space(path: Path) -> bool:
-    """A search space: a .py file, or YAML with objectives (a spec has none)."""
+def is_space(path: Path) -> bool | dict:
+    """A search space: a .py file, or YAML with objectives (a spec has none), then its
+    parsed mapping (so it is parsed once)."""
     if path.suffix == ".py":
         return True
     from spaces import space_path
@@ -23,17 +24,20 @@ def is_space(path: Path) -> bool:
         return False
     from nas.load import parse_yaml, read_text
     try:
-        data = parse_yaml(*read_text(path))
+        text, source = read_text(path)
+        if "objectives" not in text:  # a spec: parsed once, by load()
+            return False
+        data = parse_yaml(text, source)
     except SpecError:
         return False  # load() reports it
-    return "objectives" in data
+    return data if "objectives" in data else False
 
 
 def check(path: Path) -> str:
     """One line describing a valid file; raises SpecError otherwise."""
-    if is_space(path):
+    if found := is_space(path):
         from nas.space import grid_size, load_space
-        space = load_space(path)
+        space = load_space(path, found if isinstance(found, dict) else None)
         size = grid_size(space)
         if space.spec.oneshot is not None:
             from nas.oneshot import loop_choices
