@@ -380,6 +380,17 @@ def test_graph_out_under_a_file(tmp_path, capsys):
     one_line(*cli(capsys, "graph", spec, "--out", spec / "g.dot"), "--out ", "cannot write")
 
 
+@pytest.mark.parametrize("option", [["--seq-len", "1" + "0" * 36], ["--seq-len", "9" * 5000], ["--seq-len", "0"],
+                                    ["--tokens", "1e400"], ["--tokens", "nan"], ["--tokens", "-1"]],
+                         ids=["seq_len_1e36", "seq_len_5000_digits", "seq_len_0", "tokens_inf", "tokens_nan", "tokens_neg"])
+def test_cost_options_out_of_range(capsys, option):
+    rc, out, err = cli(capsys, "cost", "tiny_elr", *option)
+    if option[1] == "9" * 5000:  # not an integer to click: its usage error (usage, hint, one error line)
+        assert rc == 2 and "Traceback" not in err and "Invalid value for '--seq-len'" in err, err
+    else:
+        one_line(rc, out, err, f"error: {option[0]} must be")
+
+
 # ---------------------------------------------------------------- tables equal their code
 
 

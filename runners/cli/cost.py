@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from enum import Enum
 from typing import Annotated
 
@@ -115,10 +116,12 @@ def cost_cmd(
 
     Example: loopnas cost mixerloop_15m --seq-len 4096 --tokens 52.43e9
     """
-    if seq_len < 1:
-        raise UsageError(f"--seq-len must be a positive integer (got {seq_len})")
-    if tokens is not None and tokens <= 0:
-        raise UsageError(f"--tokens must be positive (got {tokens:g})")
+    from nas.space import MAX_SEQ_LEN
+
+    if not 1 <= seq_len <= MAX_SEQ_LEN:
+        raise UsageError(f"--seq-len must be an integer in 1..{MAX_SEQ_LEN} (got {str(seq_len)[:20]})")
+    if tokens is not None and not 0 < tokens < math.inf:
+        raise UsageError(f"--tokens must be a positive finite number (got {tokens:g})")
     sheet = cost(load(spec), seq_len=seq_len, dtype=dtype.value,
                  tokens=None if tokens is None else int(tokens))
     if json_out:
