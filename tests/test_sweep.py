@@ -87,7 +87,7 @@ def test_failed_and_diverged_trials_are_recorded_and_the_sweep_goes_on(tmp_path)
         base: tiny_noloop
         params:
           lr: {{target: proxy.lr, choices: [0.003, 10000.0]}}
-          seq: {{target: proxy.task_params.seq_len, choices: [4, 0]}}
+          init: {{target: proxy.init_from, choices: [null, "missing/checkpoint.pt"]}}
         {OBJECTIVES}
         proxy: {{task: s5, task_params: {{seq_len: 4, degree: 2}}, steps: 4, batch_size: 4, eval_every: 2,
                 warmup_steps: 0, min_lr: 0.0}}
@@ -96,9 +96,10 @@ def test_failed_and_diverged_trials_are_recorded_and_the_sweep_goes_on(tmp_path)
     exp = run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)
     groups = by_status(read_trials(exp))
     assert len(groups["complete"]) == 1 and len(groups["failed"]) == 3
-    reasons = {(r.params["lr"], r.params["seq"]): r.reason for r in groups["failed"]}
-    assert "non-finite training loss" in reasons[(10000.0, 4)]
-    assert reasons[(0.003, 0)].startswith("ValueError: seq_len must be >= 1")
+    reasons = {(r.params["lr"], r.params["init"]): r.reason for r in groups["failed"]}
+    assert "non-finite training loss" in reasons[(10000.0, None)]
+    # a problem only training can meet (validate already names a bad task parameter)
+    assert "missing/checkpoint.pt" in reasons[(0.003, "missing/checkpoint.pt")]
     data = status_data(exp)
     assert data["failed"] == 3 and data["complete"] == 1 and len(data["front"]) == 1
     assert {"complete", "pruned", "failed", "infeasible", "running", "front"} <= set(data)
