@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
+from nas import load_arch
 from runners.tasks import IGNORE_INDEX, HopInduction, PointerChase, Task, make_task
 from runners.tasks import hop_induction, pointer_chase
 from runners.tasks.hop_induction import hop_indices
+from runners.train import TrainConfig, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small ops: no thread contention
 
@@ -238,6 +241,20 @@ def test_chase_rejects_bad_params(params, field):
         PointerChase(**params)
 
 
+@pytest.mark.parametrize("name, params", [
+    ("hop_induction", {"n": 12, "k": "mixed"}), ("pointer_chase", {"num_nodes": 6, "k": [1, 2]}),
+])
+def test_trainer_reports_accuracy_per_k(name, params):
+    """The trainer averages metrics over eval batches: every acc_k is present in each."""
+    arch = load_arch(Path(__file__).parents[1] / "spaces" / "archs" / "tiny_noloop.yaml")
+    config = TrainConfig(task=name, task_params=params, steps=2, batch_size=8, eval_batches=2,
+                         progress=False)
+    final = train(arch, config).final
+    ks = make_task(name, **params).ks
+    assert {f"acc_k{k}" for k in ks} <= set(final)
+    assert all(0.0 <= final[f"acc_k{k}"] <= 1.0 for k in ks)
+
+
 # ---------------------------------------------------------------- shallow predictors
 
 
@@ -346,12 +363,15 @@ def bayes_chase_acc_on_batches(task: PointerChase, w: int, inputs, labels, cycle
         for j in range(task.num_queries):
             t = 1 + 2 * N + j
             m = pairs_in_window(task, j, w)
+            count += 1
+            if m == 0:  # every cycle agrees: the N - 1 other nodes tie
+                score += (y[t] != ids[t]) / (N - 1)
+                continue
             keys, values = ids[1 + 2 * (N - m) : 1 + 2 * N : 2], ids[2 + 2 * (N - m) : 1 + 2 * N : 2]
             agree = (cycles[:, keys] == torch.tensor(values, dtype=torch.long)).all(1)
             dist = torch.bincount(ends[agree, ids[t]], minlength=N)
             best = dist == dist.max()
             score += best[y[t]].item() / best.sum().item()
-            count += 1
     return score / count
 
 

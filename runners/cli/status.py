@@ -11,7 +11,7 @@ from rich.table import Table
 from . import app
 from .common import JsonOpt, UsageError, console
 
-STATUSES = ("complete", "running", "pruned", "failed", "timeout", "infeasible", "duplicate")
+STATUSES = ("complete", "running", "pruned", "failed", "timeout", "oom", "infeasible", "duplicate")
 
 
 def _fmt(x: float, se: float | None = None) -> str:
@@ -21,6 +21,17 @@ def _fmt(x: float, se: float | None = None) -> str:
 def _se(point, objectives) -> dict[str, float | None]:
     """Each objective's standard error: 0 for cost-model values, None when unknown."""
     return {o.name: point.se.get(o.name) if o.measured else 0.0 for o in objectives}
+
+
+def per_device(records) -> dict[str, int]:
+    """Trials per device they ran on (``node/device`` when they ran on several nodes)."""
+    nodes = {r.node for r in records if r.devices}
+    out: dict[str, int] = {}
+    for r in records:
+        for d in r.devices:
+            key = f"{r.node}/{d}" if len(nodes) > 1 else d
+            out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def status_data(exp_dir: Path) -> dict:
@@ -33,14 +44,14 @@ def status_data(exp_dir: Path) -> dict:
     points = front(records, exp.objectives)
     elastic = sum(1 for r in records if r.status == "complete" and len(r.points) > 1)
     return {"experiment": exp.name, "dir": str(exp_dir), "backend": exp.backend, "requested": exp.trials,
-            **counts, "elastic_trials": elastic, "seeds": exp.seeds,
+            **counts, "elastic_trials": elastic, "seeds": exp.seeds, "devices": per_device(records),
             "objectives": [o.model_dump() for o in exp.objectives],
             "noise": noise_sentence(points, quality_name(exp.objectives), exp.seeds),
             "front": [{"trial": p.trial, "k": p.k, "values": p.values, "se": _se(p, exp.objectives),
                        "n": p.n, "p_front": p.p_front, "tied": p.tied, "summary": p.summary}
                       for p in points],
             "failures": [{"trial": r.id, "status": r.status, "reason": r.reason} for r in records
-                         if r.status in ("failed", "timeout")]}
+                         if r.status in ("failed", "timeout", "oom")]}
 
 
 def print_status(exp_dir: Path) -> None:
@@ -49,6 +60,9 @@ def print_status(exp_dir: Path) -> None:
     console.print(f"[bold]{data['experiment']}[/bold] ({data['backend']}, {data['requested']} trials requested): "
                   f"{counts or 'no trials yet'}"
                   + (f" · {data['elastic_trials']} elastic trials (one point per loop count)" if data["elastic_trials"] else ""))
+    if data["devices"]:
+        console.print("trials per device: " + " · ".join(f"{d}: {n}" for d, n in data["devices"].items()),
+                      highlight=False)
     if not data["front"]:
         console.print("no complete trial yet: no front")
     else:

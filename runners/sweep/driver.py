@@ -26,7 +26,7 @@ from .records import (
 from .stopping import ParetoHalving
 
 JOURNAL = "study.journal"
-FINAL = ("complete", "pruned", "failed", "timeout", "duplicate")
+FINAL = ("complete", "pruned", "failed", "timeout", "oom", "duplicate")
 PROXY_ONLY = {"seeds"}  # proxy fields the sweep reads; the trainer never sees them
 _CONSTRAINTS = "loopnas_constraints"
 _ID, _RESUME = "loopnas_id", "loopnas_resume"
@@ -255,6 +255,7 @@ class Sweep:
         self.active: set[str] = set()  # candidates with replicates still to finish
         self.queue: list[dict] = []  # replicate jobs of gated candidates, waiting for a worker
         self.jobs: dict[str, tuple[str, int]] = {}  # job id of a running replicate → (trial, index)
+        self.given: dict[str, dict] = {}  # job id → the job, to rerun it alone after an OOM
         self.doomed: dict[str, dict] = {}  # trial → how it ended, while its replicates wind down
         self.waiting: dict[str, list[str]] = {}  # hash → duplicate ids awaiting the original
         self.infeasible_streak = 0
@@ -325,15 +326,43 @@ class Sweep:
     def counted(self) -> int:
         """Trials that use the budget: finished ones and those running in this driver.
         Infeasible candidates cost nothing and do not count, except on a grid, whose budget
-        is its points."""
+        is its points. On a shared RDB (``search.storage``) the study's trials are counted,
+        whichever driver runs them: ``trials: N`` is N for the whole study."""
+        if self.space.spec.search.storage:
+            return self._study_counted(None)
         final = sum(r.status in self.final for r in self.records.values())
         return final + len(self.active) + sum(map(len, self.waiting.values()))
+
+    def _study_counted(self, below: int | None) -> int:
+        """The study's trials that use the budget (numbered below ``below``): those in
+        flight in any driver, and those settled with a status that counts."""
+        import optuna
+
+        TS, n = optuna.trial.TrialState, 0
+        for t in self.study.get_trials(deepcopy=False):
+            if below is not None and t.number >= below:
+                continue
+            settled = t.user_attrs.get("loopnas", {}).get("status")
+            n += t.state == TS.RUNNING if settled is None else settled in self.final
+        return n
+
+    def _beyond_budget(self, trial) -> bool:
+        """On a shared RDB, drivers that ask at the same moment could overshoot the budget:
+        trials are ranked by number, and one that finds the budget spent by the trials
+        numbered before it is withdrawn (told FAIL, never trained)."""
+        if not self.space.spec.search.storage or self._study_counted(trial.number) < self.total:
+            return False
+        import optuna
+
+        trial.set_user_attr("loopnas", {"id": None, "status": "withdrawn", "duplicate_of": None})
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return True
 
     def wants_more(self) -> bool:
         return self.counted() < self.total and self.infeasible_streak < 50 * self.total
 
     def counts(self) -> dict[str, int]:
-        out = {s: 0 for s in ("complete", "running", "pruned", "failed", "timeout", "infeasible", "duplicate")}
+        out = {s: 0 for s in ("complete", "running", "pruned", "failed", "timeout", "oom", "infeasible", "duplicate")}
         for r in self.records.values():
             if r.status == "running" and r.id not in self.active and not r.duplicate_of:
                 continue  # interrupted, queued again
@@ -346,11 +375,14 @@ class Sweep:
         None: the budget is spent and nothing is queued."""
         ask = ask or self.study.ask
         while not self.queue and self.wants_more():
-            self.queue.extend(self.gate(ask()))
+            trial = ask()
+            if not self._beyond_budget(trial):
+                self.queue.extend(self.gate(trial))
         if not self.queue:
             return None
         job = self.queue.pop(0)
         self.jobs[job["id"]] = (job["trial"], job["replicate"])
+        self.given[job["id"]] = job
         self._update_replicate(job["trial"], job["replicate"], status="running", started=time.time())
         return job
 
@@ -522,14 +554,19 @@ class Sweep:
         if job_id not in self.jobs:
             return
         rid, index = self.jobs.pop(job_id)
+        job = self.given.pop(job_id, None)
         record = self.records[rid]
         status = outcome["status"]
         rep = record.replicates[index]
+        if status == "oom" and rid not in self.doomed and self._retry_alone(job, rep, outcome):
+            return
         rungs = rep.rungs or [Rung.model_validate(r) for r in outcome.get("rungs") or []]
         record = self._update_replicate(
             rid, index, status=status, reason=outcome.get("reason"), rungs=rungs,
             points=self.points(record, outcome["measured"]) if status == "complete" else [],
             crashed=bool(outcome.get("crashed")), node=outcome.get("node"),
+            devices=outcome.get("devices") or rep.devices, ran_on=outcome.get("ran_on"),
+            peak_memory=outcome.get("peak_memory"),
             started=outcome.get("started", rep.started), finished=outcome.get("finished", time.time()),
             wall_time=outcome.get("wall_time"))
         if status != "complete" and rid not in self.doomed:
@@ -539,6 +576,19 @@ class Sweep:
             self.queue = [j for j in self.queue if j["trial"] != rid]
         if not any(t == rid for t, _ in self.jobs.values()) and not any(j["trial"] == rid for j in self.queue):
             self._conclude(rid)
+
+    def _retry_alone(self, job: dict | None, rep: Replicate, outcome: dict) -> bool:
+        """``search.on_oom: retry_alone``: a replicate that ran out of memory beside others
+        on a shared device is queued first, to rerun from its checkpoint with a whole device
+        to itself (the backend places ``alone`` jobs so). False: its OOM is final."""
+        share = outcome.get("share")
+        if (job is None or job.get("alone") or share is None or share >= 1
+                or self.space.spec.search.on_oom != "retry_alone"):
+            return False
+        self._update_replicate(job["trial"], job["replicate"], status="queued", retried=outcome.get("reason"),
+                               devices=outcome.get("devices") or rep.devices, peak_memory=outcome.get("peak_memory"))
+        self.queue.insert(0, {**job, "alone": True, "resume": True})
+        return True
 
     def _conclude(self, rid: str) -> None:
         """Every replicate of ``rid`` has ended: write and tell the candidate's outcome."""
@@ -553,6 +603,8 @@ class Sweep:
         walls = [r.wall_time for r in reps if r.wall_time is not None]
         record = record.model_copy(update={
             **update, "rungs": mean_rungs(reps), "node": next((r.node for r in reps if r.node), None),
+            "devices": sorted({d for r in reps for d in r.devices}),
+            "peak_memory": max((r.peak_memory for r in reps if r.peak_memory is not None), default=None),
             "started": min((r.started for r in reps if r.started), default=record.started),
             "finished": max((r.finished for r in reps if r.finished), default=time.time()),
             "wall_time": sum(walls) if walls else None})
@@ -593,6 +645,7 @@ class Sweep:
         self.waiting.clear()
         self.queue.clear()
         self.jobs.clear()
+        self.given.clear()
         self.doomed.clear()
 
 

@@ -8,15 +8,21 @@
 - Early stopping: :class:`ParetoScheduler` asks the driver at every rung.
 - Records: :class:`RecordCallback` hands rungs and outcomes to the driver, which writes
   the experiment directory (on the driver's machine, whatever node trained the trial).
+- Devices: Ray places trials on GPUs from ``resources`` (:func:`.devices.ray_resources`:
+  fractional GPUs, a whole one for a job rerun alone after an out-of-memory error, the
+  ``accelerator_type``) and sets each actor's ``CUDA_VISIBLE_DEVICES``, which the trial
+  reads as on the local backend.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import time
 from typing import Callable
 
+from .devices import FallbackNotice, job_placement, ray_resources
 from .driver import Sweep
 from .records import Rung
 
@@ -35,7 +41,7 @@ from ray.tune.search.optuna import OptunaSearch  # noqa: E402
 
 # Tune pickles its config (searcher, scheduler, callbacks) into the run directory; the
 # sweep holds storage locks and files, so the components reach it through this table.
-_LIVE: dict[int, tuple[Sweep, Callable[[], None]]] = {}
+_LIVE: dict[int, tuple[Sweep, Callable[[], None], FallbackNotice]] = {}
 
 
 class _Live:
@@ -47,6 +53,10 @@ class _Live:
 
     def changed(self) -> None:
         _LIVE[self._key][1]()
+
+    @property
+    def notice(self) -> FallbackNotice:
+        return _LIVE[self._key][2]
 
     def __getstate__(self) -> dict:
         return {"_key": self._key}
@@ -77,8 +87,9 @@ class GateSearcher(_Live, Searcher):
         job = sweep.next_job(ask)  # a queued replicate first, else a newly gated candidate
         self.changed()
         if job is not None:
-            return {"job": job}
-        return Searcher.FINISHED if not sweep.wants_more() else None
+            return {"job": {**job, **job_placement(sweep.space.spec.search.resources, job)}}
+        # a running candidate may still queue a rerun (out of memory): not finished yet
+        return Searcher.FINISHED if not sweep.wants_more() and not sweep.active else None
 
     def on_trial_complete(self, trial_id, result=None, error=False) -> None:
         pass  # RecordCallback tells the study
@@ -107,7 +118,8 @@ class ParetoScheduler(_Live, FIFOScheduler):
             return TrialScheduler.CONTINUE
         started = self.sweep.records[job["trial"]].started or time.time()
         self.sweep.finish(rid, {"status": "pruned", "reason": f"stopped early at step {result['step']}",
-                                "node": result.get("node"), "wall_time": time.time() - started})
+                                "node": result.get("node"), "devices": [d for d in result.get("devices", "").split(",") if d],
+                                "wall_time": time.time() - started})
         self.changed()
         return TrialScheduler.STOP
 
@@ -118,7 +130,9 @@ class RecordCallback(_Live, Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if "outcome" in result:
-            self.sweep.finish(trial.config["job"]["id"], json.loads(result["outcome"]))
+            outcome = json.loads(result["outcome"])
+            self.notice.seen(outcome)
+            self.sweep.finish(trial.config["job"]["id"], outcome)
             self.changed()
 
     def on_trial_error(self, iteration, trials, trial, **info):
@@ -134,6 +148,15 @@ def _error(trial) -> str:
     except Exception:  # the error file may be gone or unreadable
         err = None
     return (str(err).strip().splitlines() or ["see the Ray logs"])[-1][:300] if err else "see the Ray logs"
+
+
+def _request(resources, config: dict):
+    """The placement group of one trial: its job's resources (a rerun alone asks more)."""
+    from ray.tune import PlacementGroupFactory
+
+    wanted = ray_resources(resources, config["job"])
+    cpu, gpu = wanted.pop("cpu"), wanted.pop("gpu")
+    return PlacementGroupFactory([{"CPU": cpu, "GPU": gpu, **wanted}])
 
 
 def run_ray(sweep: Sweep, address: str | None = None, on_change: Callable[[], None] = lambda: None) -> None:
@@ -152,9 +175,9 @@ def run_ray(sweep: Sweep, address: str | None = None, on_change: Callable[[], No
         ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR,
                  log_to_driver=False, configure_logging=False, **local)
     key = id(sweep)
-    _LIVE[key] = (sweep, on_change)
+    _LIVE[key] = (sweep, on_change, FallbackNotice())
     searcher, scheduler, callback = GateSearcher(key), ParetoScheduler(key), RecordCallback(key)
-    resources = {"cpu": search.resources.cpu, "gpu": search.resources.gpu}
+    resources = functools.partial(_request, search.resources)
     tuner = tune.Tuner(
         tune.with_resources(ray_trainable, resources),
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=-1,

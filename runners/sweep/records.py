@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Status = Literal["running", "complete", "pruned", "infeasible", "duplicate", "failed", "timeout"]
+Status = Literal["running", "complete", "pruned", "infeasible", "duplicate", "failed", "timeout", "oom"]
 Direction = Literal["minimize", "maximize"]
 EXPERIMENT = "experiment.json"
 TRIALS = "trials"
@@ -83,12 +83,19 @@ class Replicate(_Record):
 
     index: int
     seed: int
-    status: Literal["queued", "running", "complete", "pruned", "failed", "timeout"] = "queued"
+    status: Literal["queued", "running", "complete", "pruned", "failed", "timeout", "oom"] = "queued"
     reason: str | None = None
     rungs: list[Rung] = Field(default_factory=list)
     points: list[Point] = Field(default_factory=list)
     crashed: bool = False
     node: str | None = None
+    devices: list[str] = Field(default_factory=list, description="the GPU ids it was given (its "
+                               "CUDA_VISIBLE_DEVICES), or ['cpu']; runners.sweep.devices")
+    ran_on: Literal["cuda", "cpu"] | None = Field(None, description="where the model trained: 'cpu' for "
+                                                  "a GPU job in a process without CUDA")
+    peak_memory: int | None = Field(None, description="the CUDA allocator's peak bytes (None on CPU)")
+    retried: str | None = Field(None, description="why it was rerun alone on a whole device: the "
+                                "out-of-memory error it met while sharing one (search.on_oom)")
     started: float | None = None
     finished: float | None = None
     wall_time: float | None = None
@@ -114,6 +121,9 @@ class TrialRecord(_Record):
     crashed: bool = Field(False, description="a failure of the process (killed, native crash), "
                           "not of the candidate: a later identical candidate is trained again")
     node: str | None = Field(None, description="the host that trained it")
+    devices: list[str] = Field(default_factory=list, description="the devices its replicates were given "
+                               "(GPU ids, or 'cpu')")
+    peak_memory: int | None = Field(None, description="the largest CUDA peak of its replicates, bytes")
     started: float | None = None
     finished: float | None = None
     wall_time: float | None = None

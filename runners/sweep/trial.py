@@ -1,7 +1,19 @@
 """One trial, wherever it runs (a Ray actor or a local worker process): train the proxy,
 report each rung, measure its serving objectives on the trained model, and return an
 outcome. A trial never raises: an exception, a NaN, an out-of-memory error or the time
-limit each become an outcome with a reason."""
+limit each become an outcome with a reason.
+
+Devices (:mod:`runners.sweep.devices`): a job that asks for a GPU (``job['gpu']`` > 0)
+trains on ``cuda`` when CUDA is available in this process, which sees only the devices its
+``CUDA_VISIBLE_DEVICES`` names, else on CPU (the outcome's ``fallback`` says why); with a
+share below one device (``job['share']``) and ``job['memory_cap']`` its CUDA memory is capped
+at that share. A CUDA out-of-memory error is the outcome ``oom``, with the allocator's peak.
+
+Test hook: ``LOOPNAS_TEST_OOM=t0001,t0004`` (trial ids) makes those trials raise
+``torch.cuda.OutOfMemoryError`` at their first evaluation while they share a device (a
+share below 1), as a trial that outgrows its share does; alone on a whole device they run
+normally. ``t0002:always`` raises alone too. It exists so that CPU tests drive the real
+out-of-memory path (trial, worker, driver, records) end to end."""
 from __future__ import annotations
 
 import os
@@ -11,7 +23,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from . import devices
 from .records import Rung
+
+TEST_OOM = "LOOPNAS_TEST_OOM"
 
 # report(rung) → True to go on, False to stop here (early stopping).
 Report = Callable[[Rung], bool]
@@ -42,16 +57,71 @@ def run_trial(job: dict[str, Any], report: Report) -> dict[str, Any]:
     limit in seconds (checked at every evaluation)."""
     start = time.time()
     outcome: dict[str, Any] = {"status": "failed", "reason": None, "rungs": [], "measured": [],
-                               "started": start, "node": job.get("node") or socket.gethostname()}
+                               "started": start, "node": job.get("node") or socket.gethostname(),
+                               "devices": [devices.CPU], "share": job.get("share"), "peak_memory": None}
+    cuda = False
     try:
         _set_threads()
-        outcome.update(_train(job, report, start))
+        device, outcome["fallback"] = _place(job)
+        cuda = device.startswith("cuda")
+        if job.get("gpu") or cuda:
+            outcome["devices"] = devices.visible()
+        outcome["ran_on"] = "cuda" if cuda else "cpu"
+        outcome.update(_train(job, report, start, device))
     except Exception as exc:  # recorded, never raised: the sweep goes on
+        outcome["status"] = "oom" if _is_oom(exc) else "failed"
         outcome["reason"] = _reason(exc)
         outcome["traceback"] = traceback.format_exc(limit=8)
+    if cuda:
+        outcome["peak_memory"] = _peak_and_free()
     outcome["finished"] = time.time()
     outcome["wall_time"] = outcome["finished"] - start
     return outcome
+
+
+def _place(job: dict[str, Any]) -> tuple[str, str | None]:
+    """The torch device of this job and, when it asked for a GPU and got the CPU, why.
+    A GPU job's device is ``cuda`` (the first visible device); its memory cap and peak
+    counters are set here, as a reused worker's previous job left them."""
+    import torch
+
+    if not job.get("gpu"):
+        return job["config"].get("device", "cpu"), None
+    if not torch.cuda.is_available():
+        where = os.environ.get(devices.ENV)
+        seen = f"{devices.ENV}={where}" if where is not None else "no GPU visible"
+        return "cpu", f"CUDA is not available in the trial's process ({seen})"
+    share = job.get("share") or 1.0
+    cap = share if job.get("memory_cap", True) and share < 1 else 1.0
+    for i in range(torch.cuda.device_count()):
+        torch.cuda.set_per_process_memory_fraction(cap, i)
+        torch.cuda.reset_peak_memory_stats(i)
+    return "cuda", None
+
+
+def _peak_and_free() -> int:
+    """The CUDA allocator's peak over this job's devices; frees the cache for the next job."""
+    import gc
+
+    import torch
+
+    peak = max(torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count()))
+    gc.collect()
+    torch.cuda.empty_cache()
+    return int(peak)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError)
+
+
+def _test_oom(job: dict[str, Any]) -> bool:
+    """The test hook of the module docstring: this trial is named and shares a device."""
+    named = dict((t.strip().split(":") + [""])[:2] for t in os.environ.get(TEST_OOM, "").split(","))
+    when = named.get(job.get("trial", job.get("id")))
+    return when == "always" or when == "" and (job.get("share") or 1.0) < 1
 
 
 def _reason(exc: BaseException) -> str:
@@ -66,12 +136,14 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
 
 
-def _train(job: dict[str, Any], report: Report, start: float) -> dict[str, Any]:
+def _train(job: dict[str, Any], report: Report, start: float, device: str) -> dict[str, Any]:
+    import torch
+
     from nas.spec import ArchSpec
     from runners.train import CHECKPOINT, TrainConfig, train
 
     arch = ArchSpec.model_validate(job["arch"])
-    config = TrainConfig.model_validate({**job["config"], "progress": False})
+    config = TrainConfig.model_validate({**job["config"], "progress": False, "device": device})
     metric, timeout = job["metric"], job.get("timeout")
     out_dir = Path(job["dir"])
     resume = out_dir / CHECKPOINT if job.get("resume") and (out_dir / CHECKPOINT).is_file() else None
@@ -79,6 +151,9 @@ def _train(job: dict[str, Any], report: Report, start: float) -> dict[str, Any]:
     stop: dict[str, str] = {}
 
     def callback(step: int, metrics: dict[str, float]) -> bool:
+        if _test_oom(job):
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory ({TEST_OOM}): {job['id']} outgrew its "
+                                              f"share {job.get('share')} of device {os.environ.get(devices.ENV)}")
         rung = Rung(step=step, quality=quality_of(metrics, metric), metrics=metrics)
         rungs.append(rung.model_dump())
         if not report(rung):
@@ -105,7 +180,8 @@ def _train(job: dict[str, Any], report: Report, start: float) -> dict[str, Any]:
         try:
             _measure_serving(job["serving"], result.arch, config, out_dir / CHECKPOINT, measured)
         except Exception as exc:  # the proxy trained; its serving measurement did not run
-            return {"status": "failed", "rungs": rungs, "reason": f"serving measurement: {_reason(exc)}"}
+            return {"status": "oom" if _is_oom(exc) else "failed", "rungs": rungs,
+                    "reason": f"serving measurement: {_reason(exc)}"}
     return {"status": "complete", "reason": result.reason, "rungs": rungs, "measured": measured,
             "steps": result.steps, "tokens": result.tokens}
 
@@ -138,9 +214,10 @@ def ray_trainable(config: dict[str, Any]) -> None:
     from ray import tune
 
     job = {**config["job"], "node": ray.get_runtime_context().get_node_id()}
+    given = ",".join(devices.visible())  # Ray set CUDA_VISIBLE_DEVICES for this actor
 
     def report(rung: Rung) -> bool:
-        tune.report({"rung": rung.model_dump_json(), "step": rung.step, "node": job["node"],
+        tune.report({"rung": rung.model_dump_json(), "step": rung.step, "node": job["node"], "devices": given,
                      "quality": rung.quality if rung.quality is not None else float("nan")})
         return True
 

@@ -2,8 +2,9 @@
 
 One sequence: a uniformly random cyclic permutation ``σ`` of the ``N = num_nodes`` nodes,
 written as its ``N`` key-value pairs ``a σ(a)`` in a uniformly random order, then
-``num_queries`` distinct query nodes (a uniform random subset, in a random order). The
-label at query ``q`` is ``σ^k(q)``: the value of the value of ... of ``q``, ``k`` lookups.
+``num_queries`` distinct query nodes (a uniform random subset in a random order; by default
+every node). The label at query ``q`` is ``σ^k(q)``: the value of the value of ... of ``q``,
+``k`` lookups.
 One lookup is MQAR; ``k`` of them must be composed, each needing the previous one's
 result, so depth (or loops) sets how many a model can chain. Because ``σ`` is one
 ``N``-cycle and ``N > max_k``, ``σ^k(q) != q``, and ``σ^k(q)`` is uniform over the other
@@ -39,7 +40,7 @@ pairs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Union
+from typing import ClassVar, Optional, Union
 
 import torch
 
@@ -73,7 +74,7 @@ class PointerChase:
     """k-fold lookup over a random cycle; see the module docstring for the exact format."""
 
     num_nodes: int = 8
-    num_queries: int = 8
+    num_queries: Optional[int] = None  # None: every node, once
     k: Union[int, tuple[int, ...], str] = 3
     max_k: int = 4
     name: ClassVar[str] = "pointer_chase"
@@ -84,6 +85,8 @@ class PointerChase:
         if self.num_nodes <= self.max_k:
             raise ValueError(f"num_nodes must exceed max_k={self.max_k} (else σ^k(q) can be q), "
                              f"got {self.num_nodes}")
+        if self.num_queries is None:
+            object.__setattr__(self, "num_queries", self.num_nodes)
         if not 1 <= self.num_queries <= self.num_nodes:
             raise ValueError(f"num_queries must be in 1..num_nodes={self.num_nodes} (queries are "
                              f"distinct), got {self.num_queries}")
