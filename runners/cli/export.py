@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from . import app
-from .common import UsageError, console, spec_path
+from .common import UsageError, console, console_err, spec_path
 
 
 class PickRule(str, Enum):
@@ -43,6 +43,21 @@ CkptOpt = Annotated[Path | None, typer.Option(
     "--checkpoint", help="A trainer checkpoint of the spec whose weights to include (specs).", show_default=False)]
 
 
+def _warn_unreadable(exp_dir: Path) -> None:
+    """One warning line per trial record the export skips (runners.export.pick.read); none
+    when the experiment itself is unreadable (the export's error says so)."""
+    from runners.sweep.records import read_experiment, read_trials
+
+    try:
+        read_experiment(exp_dir)
+    except (OSError, ValueError):
+        return
+    skipped: list = []
+    read_trials(exp_dir, problems=skipped)
+    for p in skipped:
+        console_err.print(f"warning: {p}; skipped", markup=False, highlight=False)
+
+
 @app.command("export")
 def export_cmd(
     source: SourceArg,
@@ -68,6 +83,7 @@ def export_cmd(
         if is_experiment or trial is not None or pick is not None:
             if checkpoint is not None:
                 raise UsageError("--checkpoint is for a spec; a trial's weights come with --with-weights")
+            _warn_unreadable(source)
             result = export_trial(source, out, trial=trial, pick=pick.value if pick else None,
                                   with_weights=with_weights, scale_to=scale_to, vary=vary.value)
         else:

@@ -1,6 +1,7 @@
 """``loopnas report EXPERIMENT_DIR``: the Pareto report of a sweep, finished or running."""
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Annotated
 
@@ -34,6 +35,13 @@ def front_table(exp) -> Table:
     return table
 
 
+def write_problem(exc: OSError, what: str, then: str) -> str:
+    """One line for a failed write: what failed, the file, why, and what to do ``then``."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    return f"{what}{where}: {exc.strerror or exc}; {'free some space, then ' if full else ''}{then}"
+
+
 @app.command("report")
 def report_cmd(experiment: ExpArg, seq_len: SeqLenOpt = None) -> None:
     """Write EXPERIMENT_DIR/report/: index.html (interactive charts, opens offline),
@@ -47,10 +55,15 @@ def report_cmd(experiment: ExpArg, seq_len: SeqLenOpt = None) -> None:
 
     if seq_len is not None and seq_len < 1:
         raise UsageError(f"--seq-len must be a positive integer (got {seq_len})")
+    from runners.sweep.records import RecordError
+
     try:
         report = write_report(experiment, seq_len=seq_len)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, RecordError) as exc:  # no experiment there, or its record is damaged
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # a full disk, a read-only directory, report/ that is a file
+        raise UsageError(write_problem(exc, f"cannot write the report in {experiment / 'report'}",
+                                       f"run  loopnas report {experiment}  again")) from None
     exp = report.experiment
     counts = ", ".join(f"{n} {s}" for s, n in sorted(exp.counts.items())) or "no trials yet"
     console.print(f"{exp.record.name}: {counts}", highlight=False)

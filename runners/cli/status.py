@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from . import app
-from .common import JsonOpt, UsageError, console
+from .common import JsonOpt, UsageError, console, console_err
 
 STATUSES = ("complete", "running", "pruned", "failed", "timeout", "oom", "infeasible", "duplicate")
 
@@ -36,14 +36,18 @@ def per_device(records) -> dict[str, int]:
 
 def status_data(exp_dir: Path) -> dict:
     from runners.sweep.front import front, noise_sentence, quality_name
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.sweep.records import read_experiment, read_trials, study_storage
 
     exp = read_experiment(exp_dir)
-    records = read_trials(exp_dir)
+    unreadable: list = []
+    records = read_trials(exp_dir, problems=unreadable)
     counts = {s: sum(r.status == s for r in records) for s in STATUSES}
     points = front(records, exp.objectives)
     elastic = sum(1 for r in records if r.status == "complete" and len(r.points) > 1)
-    return {"experiment": exp.name, "dir": str(exp_dir), "backend": exp.backend, "requested": exp.trials,
+    url = (exp.space.get("search") or {}).get("storage")
+    storage = exp.storage if url and exp.storage else study_storage(exp_dir, url)  # a journal moves with the directory
+    return {"experiment": exp.name, "dir": str(exp_dir), "storage": storage, "backend": exp.backend,
+            "requested": exp.trials, "unreadable": [str(p) for p in unreadable],
             **counts, "elastic_trials": elastic, "seeds": exp.seeds, "devices": per_device(records),
             "objectives": [o.model_dump() for o in exp.objectives],
             "noise": noise_sentence(points, quality_name(exp.objectives), exp.seeds),
@@ -54,8 +58,15 @@ def status_data(exp_dir: Path) -> dict:
                          if r.status in ("failed", "timeout", "oom")]}
 
 
+def warn_unreadable(data: dict) -> None:
+    """One warning line per skipped record, on stderr (stdout may be JSON)."""
+    for line in data["unreadable"]:
+        console_err.print(f"warning: {line}; skipped", markup=False, highlight=False)
+
+
 def print_status(exp_dir: Path) -> None:
     data = status_data(exp_dir)
+    warn_unreadable(data)
     counts = " · ".join(f"{data[s]} {s}" for s in STATUSES if data[s])
     console.print(f"[bold]{data['experiment']}[/bold] ({data['backend']}, {data['requested']} trials requested): "
                   f"{counts or 'no trials yet'}"
@@ -63,6 +74,7 @@ def print_status(exp_dir: Path) -> None:
     if data["devices"]:
         console.print("trials per device: " + " · ".join(f"{d}: {n}" for d, n in data["devices"].items()),
                       highlight=False)
+    console.print(f"study: {data['storage']}", markup=False, highlight=False)
     if not data["front"]:
         console.print("no complete trial yet: no front")
     else:
@@ -97,11 +109,14 @@ def status_cmd(
 
     Example: loopnas status runs/quickstart --json
     """
+    from runners.sweep.records import RecordError
+
     try:
         data = status_data(exp_dir) if as_json else None
         if as_json:
+            warn_unreadable(data)
             typer.echo(json.dumps(data, indent=2))
         else:
             print_status(exp_dir)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, NotADirectoryError, RecordError) as exc:
         raise UsageError(str(exc)) from None

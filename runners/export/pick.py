@@ -18,7 +18,9 @@ import numpy as np
 
 from nas.pareto import knee_point
 from runners.sweep.front import cost_objectives, front as pareto_points
-from runners.sweep.records import ExperimentRecord, Objective, TrialRecord, read_experiment, read_trials
+from runners.sweep.records import (
+    ExperimentRecord, Objective, RecordError, TrialRecord, read_experiment, read_trials,
+)
 
 Pick = Literal["knee", "best-quality", "cheapest"]
 PICKS = ("knee", "best-quality", "cheapest")
@@ -49,13 +51,14 @@ class Choice:
     front: tuple[str, ...]         # labels of the front's members
 
 
-def read(exp_dir: str | Path) -> tuple[ExperimentRecord, list[TrialRecord]]:
+def read(exp_dir: str | Path, problems: list | None = None) -> tuple[ExperimentRecord, list[TrialRecord]]:
+    """The experiment and its readable trials; an unreadable trial record is skipped (and
+    appended to ``problems``, :func:`runners.sweep.records.read_trials`), an unreadable
+    experiment record is an :class:`ExportError`."""
     try:
-        return read_experiment(exp_dir), read_trials(exp_dir)
-    except FileNotFoundError as exc:
+        return read_experiment(exp_dir), read_trials(exp_dir, problems=[] if problems is None else problems)
+    except (FileNotFoundError, RecordError) as exc:
         raise ExportError(str(exc)) from None
-    except ValueError as exc:  # pydantic: a damaged record
-        raise ExportError(f"{exp_dir}: unreadable experiment record ({exc.__class__.__name__})") from None
 
 
 def candidates(objectives: list[Objective], trials: list[TrialRecord]) -> list[Candidate]:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from runners.sweep.records import write_text
 
 from .axes import axes, serving_axes
 from .data import Experiment, front_2d, hypervolume_history, load, rank_agreement
@@ -141,9 +142,7 @@ def write_report(exp_dir: str | Path, seq_len: int | None = None) -> Report:
     out.mkdir(exist_ok=True)
     body, pngs = _charts(exp, out) if exp.rows else (_empty(exp), [])
     index = out / "index.html"
-    tmp = index.with_name(f".index.html.{os.getpid()}.tmp")
-    tmp.write_text(document(f"{exp.record.name}: loopnas report", header(exp) + body), encoding="utf-8")
-    os.replace(tmp, index)
+    write_text(index, document(f"{exp.record.name}: loopnas report", header(exp) + body))  # atomic
     return Report(exp, index, write_csv(exp, out / "front.csv"), tuple(pngs))
 
 

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from pydantic import ValidationError
 
 from nas.cost import COST_FIELDS, sheet_value
 from nas.noise import kendall_tau
 from nas.pareto import hypervolume, knee_point, pareto_front
 from runners.sweep.front import FrontPoint, front_probabilities, mark_ties, noise_sentence, replicate_rows
 from runners.sweep.records import (
-    TRIALS, ExperimentRecord, Objective, TrialRecord, read_experiment, read_trials,
+    ExperimentRecord, Objective, TrialRecord, Unreadable, read_experiment, read_trials,
 )
 
 
@@ -147,19 +146,11 @@ def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) ->
 
 
 def _read_trials(exp_dir: str | Path) -> tuple[list[TrialRecord], list[str]]:
-    """Every readable trial record; a record that does not validate is named, not fatal."""
-    try:
-        return read_trials(exp_dir), []
-    except ValidationError:
-        pass
-    trials, bad = [], []
-    for path in sorted((Path(exp_dir) / TRIALS).glob("t*.json")):
-        try:
-            trials.append(TrialRecord.model_validate_json(path.read_text()))
-        except ValidationError as exc:
-            bad.append(f"{path.name}: unreadable record ({exc.error_count()} validation errors,"
-                       f" first: {exc.errors()[0]['loc']} {exc.errors()[0]['msg']})")
-    return sorted(trials, key=lambda t: t.number), bad
+    """Every readable trial record; an unreadable one is named, not fatal (the one reader:
+    :func:`runners.sweep.records.read_trials`)."""
+    problems: list[Unreadable] = []
+    trials = read_trials(exp_dir, problems=problems)
+    return trials, [f"{p.path.name}: unreadable record ({p.why})" for p in problems]
 
 
 def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:

@@ -6,16 +6,20 @@ Layout (every file written atomically, as it happens)::
       experiment.json         ExperimentRecord: the space, objectives, backend, settings
       space.yaml              the space file as the user wrote it
       study.journal           the Optuna study (JournalStorage): optuna-dashboard opens it
+      driver.lock             held by the one driver running the sweep (runners.sweep.lock)
       trials/t0007.json       one TrialRecord per trial (any status, updated as it runs)
       trials/t0007/           per-trial scratch: checkpoint.pt, result.json of the trainer
 
 Reading needs pydantic only (no torch, no ray), so `status` and `report` start instantly
-and work on a sweep that is still running.
+and work on a sweep that is still running. :func:`read_trials` is the one reader of the
+records: `status`, `report` and `export` skip an unreadable record and name it.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +29,8 @@ Status = Literal["running", "complete", "pruned", "infeasible", "duplicate", "fa
 Direction = Literal["minimize", "maximize"]
 EXPERIMENT = "experiment.json"
 TRIALS = "trials"
+JOURNAL = "study.journal"
+MAX_RECORD = 64 << 20  # bytes: a record larger than this is damage, not data (reading stays bounded)
 
 
 class _Record(BaseModel):
@@ -144,33 +150,139 @@ class ExperimentRecord(_Record):
     seeds: int = Field(1, description="replicates per candidate")
     created: float
     seq_len: int = Field(description="context the cost sheets and kv_bytes are priced at")
+    storage: str | None = Field(None, description="the RDB study as the sweep opened it (study_storage); "
+                                "None: the journal in the directory")
+
+
+class RecordError(ValueError):
+    """A file of the experiment directory cannot be read: one line naming it."""
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A trial record :func:`read_trials` skipped: the file and why, in words."""
+
+    path: Path
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: unreadable trial record ({self.why})"
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write atomically: readers see the old file or the new one, never half of either. A
+    failed write (a full disk) leaves the old file and no temporary file behind."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
 
 
 def write_json(path: Path, data: BaseModel | dict) -> None:
-    """Write atomically: readers see the old file or the new one, never half of either."""
-    text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(data, indent=2)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write a record atomically (:func:`write_text`)."""
+    write_text(path, data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(data, indent=2))
 
 
 def trial_path(exp_dir: Path, trial_id: str) -> Path:
     return Path(exp_dir) / TRIALS / f"{trial_id}.json"
 
 
+def _why(path: Path, model: type[BaseModel]) -> tuple[BaseModel | None, str]:
+    """The file read as ``model``, or why it cannot be, in words."""
+    from pydantic import ValidationError
+
+    try:
+        if path.stat().st_size > MAX_RECORD:
+            return None, f"larger than {MAX_RECORD >> 20} MB"
+        text = path.read_bytes().decode("utf-8")
+        return model.model_validate_json(text), ""
+    except OSError as exc:
+        return None, exc.strerror or type(exc).__name__
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text: byte {exc.object[exc.start]:#04x} at offset {exc.start}"
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        if first["type"] == "json_invalid":
+            return None, f"not JSON, torn or overwritten: {first['msg']}"
+        where = ".".join(map(str, first["loc"])) or "the top level"
+        return None, f"{exc.error_count()} validation errors, first: {where}: {first['msg']}"
+
+
 def read_experiment(exp_dir: str | Path) -> ExperimentRecord:
+    """The experiment record; a missing one is FileNotFoundError, an unreadable one a
+    :class:`RecordError` naming the file."""
     path = Path(exp_dir) / EXPERIMENT
     if not path.is_file():
         raise FileNotFoundError(f"{exp_dir} is not an experiment directory (no {EXPERIMENT})")
-    return ExperimentRecord.model_validate_json(path.read_text())
+    record, why = _why(path, ExperimentRecord)
+    if record is None:
+        raise RecordError(f"{path}: unreadable experiment record ({why}); restore it from a copy, "
+                          "or run the sweep again with another --out")
+    return record
 
 
-def read_trials(exp_dir: str | Path) -> list[TrialRecord]:
-    """Every trial record, by trial number."""
-    folder = Path(exp_dir) / TRIALS
-    records = [TrialRecord.model_validate_json(p.read_text()) for p in folder.glob("t*.json")]
+def read_trials(exp_dir: str | Path, problems: list[Unreadable] | None = None) -> list[TrialRecord]:
+    """Every trial record, by trial number: the one reader of ``EXP/trials/``. An unreadable
+    record (torn, not UTF-8, not a record) is appended to ``problems`` and skipped; without
+    ``problems`` it is a :class:`RecordError` naming the file."""
+    records = []
+    for path in sorted((Path(exp_dir) / TRIALS).glob("t*.json")):
+        record, why = _why(path, TrialRecord)
+        if record is not None:
+            records.append(record)
+        elif problems is None:
+            raise RecordError(f"{Unreadable(path, why)}; restore it or move it out of {path.parent}")
+        else:
+            problems.append(Unreadable(path, why))
     return sorted(records, key=lambda r: r.number)
 
 
+def repair_journal(path: Path) -> int:
+    """Check the study's journal before it is opened: a torn last entry (a write cut short
+    by a kill or a full disk: Optuna never replayed it) is cut off, so the next append does
+    not glue onto it; returns the bytes cut. Damage before the last entry is a
+    :class:`RecordError` naming the file and the entry."""
+    if not path.is_file():
+        return 0
+    good, number = 0, 0
+    with path.open("rb") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                json.loads(line)
+                whole = line.endswith(b"\n")
+            except ValueError:
+                whole = False
+            if not whole:
+                if f.read(1):
+                    raise RecordError(f"{path}: entry {number} (byte {good}) is damaged, so the study "
+                                      "cannot be replayed; restore the file from a copy, or run the sweep "
+                                      "again with another --out (the trial records are intact)")
+                break
+            good += len(line)
+    size = path.stat().st_size
+    if size > good:
+        os.truncate(path, good)
+    return size - good
+
+
+def study_storage(exp_dir: str | Path, url: str | None) -> str:
+    """Where the study lives: the journal in the experiment directory, or the RDB URL with
+    its password hidden (a relative SQLite path made absolute)."""
+    if not url:
+        return str(Path(exp_dir) / JOURNAL)
+    url = re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+    m = re.match(r"(sqlite[^:]*:///)([^?]+)(.*)", url)
+    if m and m.group(2) != ":memory:" and not m.group(2).startswith("/"):
+        url = m.group(1) + str(Path(m.group(2)).resolve()) + m.group(3)
+    return url
+
+
 __all__ = ["Status", "Direction", "Objective", "Rung", "Point", "Replicate", "TrialRecord", "ExperimentRecord",
-           "write_json", "trial_path", "read_experiment", "read_trials", "EXPERIMENT", "TRIALS"]
+           "RecordError", "Unreadable", "write_text", "write_json", "trial_path", "read_experiment", "read_trials",
+           "repair_journal", "study_storage", "EXPERIMENT", "TRIALS", "JOURNAL"]
