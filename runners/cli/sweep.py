@@ -35,23 +35,34 @@ def sweep_cmd(
       loopnas sweep spaces/oneshot_placement.yaml --out runs/os
     """
     from nas.space import load_space
-    from runners.sweep.driver import SweepError
+    from runners.sweep.driver import SweepError, default_out
     from runners.sweep.run import run_sweep
 
+    from .report import write_problem
+
     loaded = load_space(space)
+    where = out or default_out(loaded)
+    again = f"loopnas sweep {space} --out {where} --resume"
     try:
         path = run_sweep(loaded, out=out, backend=backend, trials=trials, resume=resume, address=address,
                          seeds=seeds)
     except SweepError as exc:
         raise UsageError(str(exc)) from None
     except KeyboardInterrupt:
-        where = out or f"runs/{loaded.name}"
-        console.print(f"interrupted: continue with  loopnas sweep {space} --out {where} --resume")
+        console.print(f"interrupted: continue with  {again}", markup=False, highlight=False)
         raise typer.Exit(130) from None
+    except OSError as exc:  # a full disk: every record is whole, so the sweep resumes
+        started = (Path(where) / "experiment.json").is_file()
+        raise UsageError(write_problem(exc, f"the sweep stopped: a write in {where} failed", f"continue with  {again}"
+                                       if started else "run it again")) from None
     from runners.report import write_report
 
     from .status import print_status
     print_status(path)
-    report = write_report(path)
+    try:
+        report = write_report(path)
+    except OSError as exc:
+        raise UsageError(write_problem(exc, f"the sweep is complete, but its report cannot be written in "
+                                            f"{path / 'report'}", f"run  loopnas report {path}")) from None
     console.print(f"experiment: {path}   report: {report.index}   (loopnas status {path} · "
                   f"loopnas export {path} --pick knee --out exported)", highlight=False)

@@ -19,13 +19,13 @@ from nas.errors import SpecError
 from nas.noise import mean_se
 from nas.space import Space, cost_value, grid_size, spec_hash, violations
 
+from .lock import LOCK, LockError, acquire
 from .records import (
-    EXPERIMENT, TRIALS, ExperimentRecord, Objective, Point, Replicate, Rung, TrialRecord,
-    read_experiment, read_trials, trial_path, write_json,
+    EXPERIMENT, JOURNAL, TRIALS, ExperimentRecord, Objective, Point, Replicate, RecordError, Rung, TrialRecord,
+    read_experiment, read_trials, repair_journal, study_storage, trial_path, write_json,
 )
 from .stopping import ParetoHalving
 
-JOURNAL = "study.journal"
 FINAL = ("complete", "pruned", "failed", "timeout", "oom", "duplicate")
 PROXY_ONLY = {"seeds"}  # proxy fields the sweep reads; the trainer never sees them
 _CONSTRAINTS = "loopnas_constraints"
@@ -215,9 +215,18 @@ class Sweep:
 
     def __init__(self, space: Space, out: str | Path, backend: str, trials: int | None = None,
                  resume: bool = False, seeds: int | None = None, planned: list[dict] | None = None):
+        self.lock, self._wrote = None, False
+        try:
+            self._setup(space, out, backend, trials, resume, seeds, planned)
+        except BaseException as exc:
+            self._abandon()
+            if isinstance(exc, (LockError, RecordError)):
+                raise SweepError(str(exc)) from None
+            raise
+
+    def _setup(self, space: Space, out: str | Path, backend: str, trials: int | None, resume: bool,
+               seeds: int | None, planned: list[dict] | None) -> None:
         import optuna
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         check_proxy(space)
@@ -236,9 +245,9 @@ class Sweep:
         if planned is not None:  # a fixed design (calibration): its points are the budget
             self.total, self.final = len(planned), (*FINAL, "infeasible")
         self._open(resume)
-        url = spec.search.storage
-        self.storage = (optuna.storages.RDBStorage(url) if url
-                        else JournalStorage(JournalFileBackend(str(self.out / JOURNAL))))
+        # read before the study is touched: a damaged record refuses a resume with nothing written
+        self.records: dict[str, TrialRecord] = {r.id: r for r in read_trials(self.out)}
+        self.storage = self._storage(spec.search.storage)
         self.sampler = make_sampler(space, self.total)
         self.study = optuna.create_study(
             storage=self.storage, sampler=self.sampler, study_name=spec.name, load_if_exists=True,
@@ -249,7 +258,6 @@ class Sweep:
         if planned is not None and not resume:
             for params in planned:
                 self.study.enqueue_trial(params, skip_if_exists=False)
-        self.records: dict[str, TrialRecord] = {r.id: r for r in read_trials(self.out)}
         self.by_hash = {r.spec_hash: r.id for r in self.records.values() if _reusable(r) and r.spec_hash}
         self.trials: dict[str, Any] = {}  # id → the live optuna trial of an active candidate
         self.active: set[str] = set()  # candidates with replicates still to finish
@@ -278,6 +286,7 @@ class Sweep:
     # ------------------------------------------------------------ directory
 
     def _open(self, resume: bool) -> None:
+        self.lock = acquire(self.out)  # before anything is read or written: one driver at a time
         exists = (self.out / EXPERIMENT).is_file()
         if exists and not resume:
             raise SweepError(f"{self.out} already holds an experiment; pass --resume to continue it "
@@ -293,13 +302,51 @@ class Sweep:
                 raise SweepError(f"--seeds: {self.out} was started with {old.seeds} seed(s) per candidate; "
                                  f"resume it with --seeds {old.seeds}")
             return
+        self._wrote, url = True, self.space.spec.search.storage
         (self.out / TRIALS).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(self.space.source, self.out / f"space{self.space.source.suffix}")
         write_json(self.out / EXPERIMENT, ExperimentRecord(
             name=self.space.name, space=self.space.spec.model_dump(mode="json"),
             objectives=self.objectives, backend=self.backend, trials=self.total,
             seed=self.space.spec.search.seed, seeds=self.seeds, created=time.time(),
-            seq_len=self.space.spec.seq_len))
+            seq_len=self.space.spec.seq_len, storage=url and study_storage(self.out, url)))
+
+    def _storage(self, url: str | None):
+        """The study's storage: the RDB at ``url``, else the journal in the directory (a
+        torn last entry cut off first: :func:`repair_journal`). ``self.where`` says which."""
+        import optuna
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        self.where = study_storage(self.out, url)
+        if url:
+            try:
+                return optuna.storages.RDBStorage(url)
+            except Exception as exc:  # a bad URL, a missing driver, a database it cannot open
+                why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise SweepError(f"{self.space.source}: search.storage {self.where}: cannot open the study "
+                                 f"({why}); fix the URL or remove storage to keep the study in --out") from None
+        cut = repair_journal(self.out / JOURNAL)
+        self.where += f" (a torn last entry of {cut} bytes cut off)" if cut else ""
+        return JournalStorage(JournalFileBackend(str(self.out / JOURNAL)))
+
+    def _abandon(self) -> None:
+        """A start that failed: release the directory; a new experiment leaves nothing behind
+        (so a rerun is not refused as 'already holds an experiment')."""
+        if self.lock is None:
+            return
+        if self._wrote:
+            for name in (EXPERIMENT, f"space{self.space.source.suffix}", JOURNAL, LOCK):
+                (self.out / name).unlink(missing_ok=True)
+            for folder in (self.out / TRIALS, *self.lock.made):
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+        self.close()
+
+    def close(self) -> None:
+        """The sweep has ended (finished, failed or interrupted): another driver may resume it."""
+        if self.lock is not None:
+            self.lock.release()
 
     def _write(self, record: TrialRecord) -> None:
         self.records[record.id] = record
@@ -312,6 +359,12 @@ class Sweep:
 
         states = {t.number: t for t in self.study.get_trials(deepcopy=False)}
         running = {r.number for r in self.records.values() if r.status == "running"}
+        recorded = {r.number for r in self.records.values()}
+        # asked but never recorded (its first record write hit a full disk, or a kill came
+        # first): asked again with its parameters, so a grid point is not lost. Only with the
+        # journal: on a shared RDB, trials without a record here are other drivers'.
+        lost = [] if self.space.spec.search.storage else [
+            t for t in states.values() if t.state == optuna.trial.TrialState.RUNNING and t.number not in recorded]
         for number, t in states.items():
             if t.state == optuna.trial.TrialState.RUNNING:
                 self.study.tell(number, state=optuna.trial.TrialState.FAIL)
@@ -320,6 +373,10 @@ class Sweep:
             if r.number in running and r.number in states and r.id not in queued:
                 self.study.enqueue_trial(states[r.number].params, user_attrs={_ID: r.id, _RESUME: True},
                                          skip_if_exists=False)
+        for t in lost:
+            rid = t.user_attrs.get(_ID) or f"t{t.number:04d}"
+            if rid not in queued:
+                self.study.enqueue_trial(t.params, user_attrs={_ID: rid}, skip_if_exists=False)
 
     # ------------------------------------------------------------ budget
 
@@ -640,7 +697,9 @@ class Sweep:
             self.study.tell(trial, state=TS.FAIL)
 
     def interrupted(self) -> None:
-        """The driver is stopping early: active trials stay ``running`` for --resume."""
+        """The driver is stopping early: active trials stay ``running`` for --resume (the
+        directory is released)."""
+        self.close()
         self.active.clear()
         self.waiting.clear()
         self.queue.clear()

@@ -1,6 +1,7 @@
 """``run_sweep``: a space in, an experiment directory out, on the chosen backend."""
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 
 from rich.console import Console
@@ -42,10 +43,13 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
         return _oneshot(space, out, backend, trials, resume, progress)
     sweep = Sweep(space, out, backend, trials=trials, resume=resume, seeds=seeds, planned=planned)
     console = Console(stderr=True)
+    if progress:
+        console.print(f"{space.name}: experiment {out} · study {sweep.where}", markup=False, highlight=False,
+                      soft_wrap=True)
     bar = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.description}"), console=console,
                    disable=not progress, transient=False)
-    with bar:
+    with closing(sweep), bar:  # closing: the directory is released however the sweep ends
         task = bar.add_task("", total=sweep.total, name=space.name)
 
         def on_change() -> None:
@@ -82,7 +86,8 @@ def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: 
     # sub-networks are scored with the supernet's weights: one evaluation, no seeds
     sweep = Sweep(space, out, "oneshot", trials=trials or planned(space), resume=resume, seeds=1)
     console = Console(stderr=True)
-    console.print(f"[bold]{space.name}[/bold]: training the supernet ({out / 'supernet'})")
+    console.print(f"{space.name}: training the supernet ({out / 'supernet'}) · study {sweep.where}",
+                  markup=False, highlight=False)
     bar = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.description}"), console=console,
                    disable=not progress, transient=False)
@@ -99,6 +104,7 @@ def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: 
         run_oneshot(sweep, out, progress=progress, on_change=on_change)
     finally:
         bar.stop()
+        sweep.close()
     return out
 
 
