@@ -35,17 +35,22 @@ def _worker_main(conn, threads: int) -> None:
     from .trial import run_trial
 
     torch.set_num_threads(threads)
-    while True:
-        job = conn.recv()
-        if job is None:
-            return
-        conn.send(("start", job["id"], None))  # the time limit runs from here, not from spawn
+    try:
+        while True:
+            job = conn.recv()
+            if job is None:
+                return
+            conn.send(("start", job["id"], None))  # the time limit runs from here, not from spawn
 
-        def report(rung: Rung) -> bool:
-            conn.send(("rung", job["id"], rung.model_dump()))
-            return conn.recv()
+            def report(rung: Rung) -> bool:
+                conn.send(("rung", job["id"], rung.model_dump()))
+                return conn.recv()
 
-        conn.send(("done", job["id"], run_trial(job, report)))
+            conn.send(("done", job["id"], run_trial(job, report)))
+    except (EOFError, OSError, KeyboardInterrupt):
+        # the driver is gone (killed, SIGTERM: a broken pipe) or interrupted with the whole
+        # process group: it records what became of the job, so the worker just ends
+        return
 
 
 @contextmanager
