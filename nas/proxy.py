@@ -1,8 +1,9 @@
-"""A space's proxy run, typed without torch, so ``loopnas validate`` names what ``sweep``
-would otherwise find in every trial.
+"""A proxy run, typed without torch, so ``loopnas validate`` names what ``sweep`` would
+otherwise find in every trial.
 
-- :class:`ProxySpec`: the trainer's settings, the fields and defaults of
-  ``runners.train.TrainConfig`` (which imports torch), plus the sweep's own ``seeds``;
+- :class:`TrainConfig`: everything a proxy run needs besides the architecture, the one
+  definition the trainer (``runners.train``) reads; :class:`ProxySpec`, a space's
+  ``proxy:``, is the same plus the sweep's own ``seeds``;
 - :data:`TASK_PARAMS`: each proxy task's parameters (the constructors in
   ``runners.tasks``) with their simple range rules, and :data:`TASK_METRICS`, the eval
   metrics each task reports;
@@ -26,24 +27,30 @@ class _Data(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class CurriculumSpec(_Data):
-    """``runners.train.CurriculumConfig``: LT2's curriculum of stages ``n = m``."""
+class CurriculumConfig(_Data):
+    """LT2's curriculum: stages ``n = m``; each stage gets ``stage_steps`` optimizer steps
+    (and its own warmup + cosine schedule) to reach ``threshold`` eval accuracy."""
 
     stages: tuple[PositiveInt, ...] = CURRICULUM_STAGES
     threshold: float = Field(0.90, gt=0, le=1)
     stage_steps: PositiveInt = 500
-    metric: Literal["last_acc", "acc", "seq_acc"] = "last_acc"
+    metric: Literal["last_acc", "acc", "seq_acc"] = Field("last_acc", description="the eval metric "
+                                                          "promoted on: last_acc needs tracking "
+                                                          "to the end (runners.tasks.Curriculum)")
 
 
-class ProxySpec(_Data):
-    """One proxy run: ``runners.train.TrainConfig``'s fields and defaults (see there for
-    what each means), and ``seeds``, the replicates per candidate. ``steps`` or ``tokens``
-    may come from a one-shot space's ``oneshot.train`` instead."""
+CurriculumSpec = CurriculumConfig
+
+
+class TrainConfig(_Data):
+    """Everything a proxy run needs besides the architecture."""
 
     task: str = "mqar"
     task_params: dict[str, Any] = Field(default_factory=dict)
-    steps: PositiveInt | None = None
-    tokens: PositiveInt | None = None
+    steps: PositiveInt | None = Field(None, description="optimizer steps; with a curriculum, a cap "
+                                      "on the whole run (default: every stage's budget)")
+    tokens: PositiveInt | None = Field(None, description="token budget: steps = ceil(tokens / "
+                                       "tokens per step)")
     batch_size: PositiveInt = 32
     grad_accum: PositiveInt = 1
     lr: float = Field(3e-3, gt=0, allow_inf_nan=False)
@@ -55,21 +62,33 @@ class ProxySpec(_Data):
     eval_every: PositiveInt = 50
     eval_batches: PositiveInt = 4
     seed: int = 0
-    eval_seed: int | None = None
+    eval_seed: int | None = Field(None, description="seed of the fixed eval batches (None: the run's "
+                                  "seed); a sweep gives every replicate and every candidate the same "
+                                  "one, so their scores are compared on the same examples")
     device: str = "cpu"
-    dtype: Literal["float32", "bfloat16"] = "bfloat16"
-    compile: bool = False
+    dtype: Literal["float32", "bfloat16"] = Field("bfloat16", description="autocast dtype, CUDA only")
+    compile: bool = Field(False, description="torch.compile, CUDA only")
     backend: Literal["auto", "torch", "fla"] = "auto"
     checkpoint_every: PositiveInt | None = None
-    curriculum: CurriculumSpec | None = None
-    extrapolate: tuple[dict[str, Any], ...] = ()
-    init_from: str | None = None
-    freeze_ffn: bool = False
+    curriculum: CurriculumConfig | None = None
+    extrapolate: tuple[dict[str, Any], ...] = Field((), description="task-parameter overrides "
+                                                    "(e.g. {'n': 64} or {'seq_len': 256}), each "
+                                                    "evaluated once at the end: length extrapolation")
+    init_from: str | None = Field(None, description="a checkpoint (a trainer's checkpoint.pt, a "
+                                  "supernet's, an extracted sub-network's) whose corresponding "
+                                  "weights start the run (runners.oneshot.weights.inherit)")
+    freeze_ffn: bool = Field(False, description="keep every FFN and its norm at its initial "
+                             "(inherited) weights: PostNAS's frozen MLPs")
     progress: bool = True
-    seeds: PositiveInt = 1
 
     @model_validator(mode="after")
-    def _check(self) -> "ProxySpec":
+    def _budget(self) -> "TrainConfig":
+        if self.curriculum is None and self.steps is None and self.tokens is None:
+            raise ValueError("set steps or tokens (or a curriculum, whose stage budgets cap the run)")
+        return self
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
         if self.steps is not None and self.tokens is not None:
             raise ValueError("set steps or tokens, not both")
         if self.curriculum is not None and self.task != "state_tracking":
@@ -78,6 +97,18 @@ class ProxySpec(_Data):
             raise ValueError("a curriculum's sequence length changes per stage; give steps, not tokens")
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr ({self.min_lr}) exceeds lr ({self.lr})")
+        return self
+
+
+class ProxySpec(TrainConfig):
+    """A space's ``proxy:``: the trainer's settings and ``seeds``, the replicates per
+    candidate. ``steps`` or ``tokens`` may come from a one-shot space's ``oneshot.train``
+    instead, so a missing budget is checked where the space is read."""
+
+    seeds: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def _budget(self) -> "ProxySpec":
         return self
 
     def trainer(self) -> dict[str, Any]:
@@ -212,7 +243,7 @@ class HopInductionParams(_Params):
 
 class PointerChaseParams(_Params):
     num_nodes: Int = 8
-    num_queries: Int = 8
+    num_queries: Int | None = None  # None: every node, once
     k: Int | tuple[Int, ...] | str = 3
     max_k: Int = 4
 
@@ -222,7 +253,7 @@ class PointerChaseParams(_Params):
             raise ValueError(f"max_k must be >= 1, got {self.max_k}")
         if self.num_nodes <= self.max_k:
             raise ValueError(f"num_nodes must exceed max_k={self.max_k}, got {self.num_nodes}")
-        if not 1 <= self.num_queries <= self.num_nodes:
+        if self.num_queries is not None and not 1 <= self.num_queries <= self.num_nodes:
             raise ValueError(f"num_queries must be in 1..num_nodes={self.num_nodes}, got {self.num_queries}")
         hop_counts(self.k, self.max_k)
         return self
@@ -297,6 +328,6 @@ def sampler_class(sampler: str) -> str | None:
     return name if name in SAMPLER_PARAMS else None
 
 
-__all__ = ["CURRICULUM_STAGES", "PROXY_ONLY", "CurriculumSpec", "ProxySpec", "TASK_PARAMS",
-           "TASK_METRICS", "task_metrics", "hop_counts", "CURRICULUM_SET", "SAMPLER_CLASSES", "SAMPLER_PARAMS", "SET_BY_SWEEP",
-           "sampler_class"]
+__all__ = ["CURRICULUM_STAGES", "PROXY_ONLY", "CurriculumConfig", "CurriculumSpec", "ProxySpec",
+           "TrainConfig", "TASK_PARAMS", "TASK_METRICS", "task_metrics", "hop_counts",
+           "CURRICULUM_SET", "SAMPLER_CLASSES", "SAMPLER_PARAMS", "SET_BY_SWEEP", "sampler_class"]

@@ -24,89 +24,20 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from builders.model import build_model
 from nas.load import resolve
 from nas.spec import ArchSpec
 from nas.elastic import before_switch, switch_step
+from nas.proxy import CurriculumConfig, TrainConfig
 from runners.checkpoint import CHECKPOINT, RESULT, load as load_checkpoint, save as save_checkpoint
 from runners.elastic import loop_groups, projection_compute, step_dist, train_dist
-from runners.tasks import CURRICULUM_STAGES, Curriculum, Task, make_task
+from runners.tasks import Curriculum, Task, make_task
 
 Callback = Callable[[int, dict[str, float]], "bool | None"]
 _LOOP_SEED_SALT = 0x5EED_100B  # the loop-count sampler's stream differs from the data's
-
-
-class CurriculumConfig(BaseModel):
-    """LT2's curriculum: stages ``n = m``; each stage gets ``stage_steps`` optimizer steps
-    (and its own warmup + cosine schedule) to reach ``threshold`` eval accuracy."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    stages: tuple[PositiveInt, ...] = CURRICULUM_STAGES
-    threshold: float = Field(0.90, gt=0, le=1)
-    stage_steps: PositiveInt = 500
-    metric: Literal["last_acc", "acc", "seq_acc"] = Field("last_acc", description="the eval metric "
-                                                          "promoted on: last_acc needs tracking "
-                                                          "to the end (runners.tasks.Curriculum)")
-
-
-class TrainConfig(BaseModel):
-    """Everything a proxy run needs besides the architecture."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    task: str = "mqar"
-    task_params: dict[str, Any] = Field(default_factory=dict)
-    steps: PositiveInt | None = Field(None, description="optimizer steps; with a curriculum, a cap "
-                                      "on the whole run (default: every stage's budget)")
-    tokens: PositiveInt | None = Field(None, description="token budget: steps = ceil(tokens / "
-                                       "tokens per step)")
-    batch_size: PositiveInt = 32
-    grad_accum: PositiveInt = 1
-    lr: float = Field(3e-3, gt=0)
-    min_lr: float = Field(3e-4, ge=0)
-    warmup_steps: int = Field(20, ge=0)
-    weight_decay: float = Field(0.1, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = Field(1.0, gt=0)
-    eval_every: PositiveInt = 50
-    eval_batches: PositiveInt = 4
-    seed: int = 0
-    eval_seed: int | None = Field(None, description="seed of the fixed eval batches (None: the run's "
-                                  "seed); a sweep gives every replicate and every candidate the same "
-                                  "one, so their scores are compared on the same examples")
-    device: str = "cpu"
-    dtype: Literal["float32", "bfloat16"] = Field("bfloat16", description="autocast dtype, CUDA only")
-    compile: bool = Field(False, description="torch.compile, CUDA only")
-    backend: Literal["auto", "torch", "fla"] = "auto"
-    checkpoint_every: PositiveInt | None = None
-    curriculum: CurriculumConfig | None = None
-    extrapolate: tuple[dict[str, Any], ...] = Field((), description="task-parameter overrides "
-                                                    "(e.g. {'n': 64} or {'seq_len': 256}), each "
-                                                    "evaluated once at the end: length extrapolation")
-    init_from: str | None = Field(None, description="a checkpoint (a trainer's checkpoint.pt, a "
-                                  "supernet's, an extracted sub-network's) whose corresponding "
-                                  "weights start the run (runners.oneshot.weights.inherit)")
-    freeze_ffn: bool = Field(False, description="keep every FFN and its norm at its initial "
-                             "(inherited) weights: PostNAS's frozen MLPs")
-    progress: bool = True
-
-    @model_validator(mode="after")
-    def _check(self) -> "TrainConfig":
-        if self.steps is not None and self.tokens is not None:
-            raise ValueError("set steps or tokens, not both")
-        if self.curriculum is None and self.steps is None and self.tokens is None:
-            raise ValueError("set steps or tokens (or a curriculum, whose stage budgets cap the run)")
-        if self.curriculum is not None and self.task != "state_tracking":
-            raise ValueError(f"a curriculum needs task 'state_tracking' (got {self.task!r})")
-        if self.curriculum is not None and self.tokens is not None:
-            raise ValueError("a curriculum's sequence length changes per stage; give steps, not tokens")
-        if self.min_lr > self.lr:
-            raise ValueError(f"min_lr ({self.min_lr}) exceeds lr ({self.lr})")
-        return self
 
 
 class EvalRecord(BaseModel):

@@ -49,6 +49,12 @@ echo "setup.sh: torch $VERSION, $LOOPNAS_TORCH build ($OS)"
 if [ "$OS" != Linux ] || [ "$LOOPNAS_TORCH" = cuda ]; then
   pip_install "torch==$VERSION"
 else
-  pip_install --no-index "torch==$VERSION" 2>/dev/null || pip_install "torch==$VERSION" --index-url "$CPU_INDEX"
+  # a local CPU wheel (pip's find-links) without its dependencies, which then come from PyPI;
+  # else PyTorch's CPU index
+  if pip_install --no-index --no-deps "torch==$VERSION" 2>/dev/null; then
+    pip_install "torch==$VERSION"
+  else
+    pip_install "torch==$VERSION" --index-url "$CPU_INDEX" --extra-index-url https://pypi.org/simple
+  fi
 fi
 pip_install -e ".[test]"

@@ -145,7 +145,7 @@ def one_hot_logits(labels: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 def test_registry_names_and_protocol():
-    assert set(task_names()) == {"state_tracking", "mqar", "s5", "lm"}
+    assert set(task_names()) == {"state_tracking", "mqar", "s5", "lm", "hop_induction", "pointer_chase"}
     for name in ("state_tracking", "mqar", "s5"):
         task = make_task(name)
         assert isinstance(task, Task) and task.name == name

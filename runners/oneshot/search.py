@@ -72,7 +72,7 @@ def save_subnet(folder: Path, arch: ArchSpec, sub: LoopLM) -> None:
     """``checkpoint.pt`` (spec and weights, as the trainer writes them) and ``spec.yaml``."""
     folder.mkdir(parents=True, exist_ok=True)
     data = arch.model_dump(mode="json")
-    save({"arch": data, "model": sub.state_dict()}, folder / CHECKPOINT)
+    save(folder / CHECKPOINT, {"arch": data, "model": sub.state_dict()})
     (folder / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
