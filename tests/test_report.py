@@ -204,6 +204,25 @@ def test_parameter_importance(experiment):
     assert sum(importance.values()) == pytest.approx(1.0)
 
 
+def test_importance_keeps_the_trials_a_conditional_parameter_is_absent_from(tmp_path):
+    """The quickstart's shape: T exists only for looped candidates. Quality is set by the
+    mixer alone (0.3 vs 0.9, T and the loop add nothing), so the mixer must carry the
+    importance; computed on the looped trials alone (optuna keeps only trials holding every
+    parameter), a noise-sized T difference used to get most of it."""
+    from runners.report.importance import param_importance
+    trials, n = [], 0
+    for mixer, base in (("gdn", 0.9), ("attn", 0.3)):
+        for boundary, T in (("none", None), ("block", 2), ("block", 4), ("mixer", 2), ("mixer", 4)):
+            params = {"mixer": mixer, "boundary": boundary} | ({} if T is None else {"T": T})
+            acc = base + 0.004 * math.sin(3 * n) + (0.002 if T == 4 else 0.0)
+            trials.append(trial(n, "complete", arch_of(64, 2, boundary, T or 1), acc, params=params,
+                                finished=100.0 + n))
+            n += 1
+    importance, why = param_importance(load(make_experiment(tmp_path, trials)))
+    assert why is None and set(importance) == {"mixer", "boundary", "T"}
+    assert importance["mixer"] > 0.8 and importance["mixer"] == max(importance.values())
+
+
 def test_seq_len_reprices_memory(experiment):
     exp, longer = load(experiment), load(experiment, seq_len=4 * SEQ_LEN)
     for a, b in zip(exp.rows, longer.rows):

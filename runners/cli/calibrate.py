@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from . import app
-from .common import OutOpt, SeedsOpt, UsageError, console
+from .common import OutOpt, UsageError, console
 
 SpaceArg = Annotated[Path, typer.Argument(help="Space file (.yaml or .py), or a shipped space name.", show_default=False)]
 
@@ -50,7 +50,9 @@ def print_calibration(cal) -> None:
 def calibrate_cmd(
     space: SpaceArg,
     out: OutOpt = None,
-    seeds: SeedsOpt = None,
+    seeds: Annotated[int | None, typer.Option(
+        "--seeds", min=2, help="Seed replicates per candidate (default: the space's proxy.seeds when "
+                               "above 1, else 3).", show_default=False)] = None,
     budgets: Annotated[str, typer.Option("--budgets", help="Multiples of the proxy's steps to train at, e.g. 1,2,4.")] = "1",
     backend: Annotated[str, typer.Option("--backend", help="optuna: local worker processes; ray: Ray Tune.")] = "optuna",
     address: Annotated[str | None, typer.Option("--address", help="Join an existing Ray cluster (auto or host:port).")] = None,
@@ -76,7 +78,7 @@ def calibrate_cmd(
                          "sub-networks of one supernet (calibrate its stand-alone twin instead)")
     where = out or default_out(loaded) / CALIBRATION
     try:
-        cal = run_calibration(loaded, Path(where), seeds=seeds or 3, budgets=_budgets(budgets),
+        cal = run_calibration(loaded, Path(where), seeds=seeds or (loaded.spec.proxy.seeds if loaded.spec.proxy.seeds > 1 else 3), budgets=_budgets(budgets),
                               backend=backend, address=address)
     except SweepError as exc:
         raise UsageError(str(exc)) from None

@@ -80,7 +80,9 @@ def print_status(exp_dir: Path) -> None:
     else:
         table = Table(title="Pareto front")
         table.add_column("trial")
-        table.add_column("k", justify="right")
+        elastic = any(p["k"] is not None for p in data["front"])
+        if elastic:
+            table.add_column("k", justify="right")
         for o in data["objectives"]:
             arrow = "↑" if o["direction"] == "maximize" else "↓"
             table.add_column(f"{o['name']} {arrow}", justify="right")
@@ -90,7 +92,8 @@ def print_status(exp_dir: Path) -> None:
         table.add_column("architecture")
         for p in data["front"]:
             extra = [f"{p['p_front']:.2f}{' ≈' if p['tied'] else ''}" if p["p_front"] is not None else "?"] if noisy else []
-            table.add_row(p["trial"], "" if p["k"] is None else str(p["k"]),
+            k = ["" if p["k"] is None else str(p["k"])] if elastic else []
+            table.add_row(p["trial"], *k,
                           *[_fmt(p["values"][o["name"]], p["se"][o["name"]]) for o in data["objectives"]],
                           *extra, p["summary"] or "", )
         console.print(table)

@@ -27,7 +27,6 @@ from .records import (
 from .stopping import ParetoHalving
 
 FINAL = ("complete", "pruned", "failed", "timeout", "oom", "duplicate")
-PROXY_ONLY = {"seeds"}  # proxy fields the sweep reads; the trainer never sees them
 _CONSTRAINTS = "loopnas_constraints"
 _ID, _RESUME = "loopnas_id", "loopnas_resume"
 
@@ -161,13 +160,12 @@ def check_proxy(space: Space) -> None:
 
 def proxy_config(space: Space) -> dict:
     """The space's proxy as trainer settings (without the sweep's own fields)."""
-    proxy = space.spec.proxy.model_dump(mode="json", exclude_none=True)
-    return {k: v for k, v in proxy.items() if k not in PROXY_ONLY}
+    return space.spec.proxy.trainer()
 
 
 def space_seeds(space: Space) -> int:
     """Replicates per candidate: ``proxy.seeds`` (default 1)."""
-    return int(getattr(space.spec.proxy, "seeds", None) or 1)
+    return space.spec.proxy.seeds
 
 
 def _reusable(record: TrialRecord) -> bool:

@@ -118,9 +118,13 @@ def noise_sentence(members: list[FrontPoint], quality: str | None, seeds: int) -
     if apart == 0:
         return (f"The front's {quality} differences are within seed noise: no two neighbouring "
                 f"members differ by more than {Z:g} combined standard errors ({members[0].n} seeds).")
+    tied = len(pairs) - apart
+    if tied == 0:
+        return (f"Every neighbouring pair on the front ({len(pairs)}) differs in {quality} beyond seed "
+                f"noise (> {Z:g} combined standard errors, {members[0].n} seeds).")
     return (f"{apart} of {len(pairs)} neighbouring pairs on the front differ in {quality} beyond "
             f"seed noise (> {Z:g} combined standard errors, {members[0].n} seeds); "
-            f"{len(pairs) - apart} are within it.")
+            f"{tied} {'is' if tied == 1 else 'are'} within it.")
 
 
 __all__ = ["FrontPoint", "all_points", "cost_key", "cost_objectives", "front", "front_probabilities", "mark_ties",
