@@ -136,6 +136,13 @@ class ParamSpec(_Data):
         return "int" if ints else "float"
 
 
+def objective_metric(name: str) -> str:
+    """The metric of an objective name (:attr:`ObjectiveSpec.name`), without the context it is
+    priced at and the batch it is measured at: ``kv_bytes@4096`` and ``cache_bytes/b4`` and
+    ``cache_bytes@4096/b4`` name ``kv_bytes`` and ``cache_bytes``."""
+    return name.split("@", 1)[0].split("/", 1)[0]
+
+
 class ObjectiveSpec(_Data):
     """``metric``: a proxy metric, one of :data:`COST_METRICS` (priced by the cost model) or
     one of :data:`SERVING_METRICS` (measured by ``runners.bench``); ``seq_len`` prices
@@ -840,7 +847,7 @@ def param_points(p: ParamSpec) -> int | None:
     return int(n + 1e-9) + 1 if math.isfinite(n) else 1 << 1024
 
 
-__all__ = ["COST_METRICS", "SERVING_METRICS", "SAMPLERS", "ParamSpec", "ObjectiveSpec", "ProxySpec", "EarlyStopSpec",
+__all__ = ["COST_METRICS", "SERVING_METRICS", "objective_metric", "SAMPLERS", "ParamSpec", "ObjectiveSpec", "ProxySpec", "EarlyStopSpec",
            "SearchSpec", "OneShotSpec", "OneShotSearchSpec", "SpaceSpec", "Constraint", "Space", "load_space", "parse_constraint",
            "set_path", "spec_hash", "cost_value", "violations", "grid_size", "grid_points",
            "param_points", "proxy_problems", "storage_problem", "MAX_GRID"]

@@ -415,3 +415,18 @@ def test_page_renders_in_chromium(experiment, reported, tmp_path):
         chromium("--window-size=1300,5200", f"--screenshot={shots / 'report.png'}",
                  (experiment / "report" / "index.html").as_uri())
         assert (shots / "report.png").stat().st_size > 50_000
+
+
+def test_a_serving_objective_with_a_batch_keeps_its_unit():
+    """``cache_bytes/b4`` (a batch, no seq_len) is a bytes axis: the metric is cut at ``/`` as
+    well as ``@`` (it used to be cut at ``@`` only, so it lost its unit)."""
+    from types import SimpleNamespace
+
+    from runners.report.axes import serving_axes
+    from runners.sweep.records import Objective
+
+    objectives = [Objective(name=n, direction="minimize", measured=True, serving=True)
+                  for n in ("cache_bytes/b4", "cache_bytes@4096/b4", "peak_memory_bytes@512")]
+    assert [o.metric for o in objectives] == ["cache_bytes", "cache_bytes", "peak_memory_bytes"]
+    axes = serving_axes(SimpleNamespace(objectives=objectives))
+    assert [a.unit for a in axes] == ["B", "B", "B"]

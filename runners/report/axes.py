@@ -53,7 +53,7 @@ def serving_axes(exp: Experiment) -> list[Axis]:
     for o in exp.objectives:
         if not o.serving:
             continue
-        metric = o.name.split("@", 1)[0]
+        metric = o.metric
         title = f"{_SERVING_TITLES.get(metric, metric)} [{o.name}]"
         stem = "front_" + "".join(c if c.isalnum() else "_" for c in o.name)
         unit = "B" if metric.endswith("bytes") else ""

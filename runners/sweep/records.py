@@ -57,8 +57,9 @@ class Objective(_Record):
 
     @property
     def metric(self) -> str:
-        """The metric's name without the context it is priced at (``kv_bytes@4096``)."""
-        return self.name.split("@", 1)[0]
+        """The metric's name without its context and batch (``kv_bytes@4096``, ``cache_bytes/b4``)."""
+        from nas.space import objective_metric
+        return objective_metric(self.name)
 
 
 class Rung(_Record):
