@@ -8,8 +8,8 @@ and the difference above 3 standard errors).
     python experiments/hop_pilot.py --steps 800 --n 32 --k 3 --eval-batches 32
     python experiments/hop_pilot.py --steps 300 --n 16 --mixers gdn --json-out out.jsonl
 
-Candidates are built exactly as a sweep trial of ``spaces/quickstart.yaml`` (same lowering
-and parameter matching); only the proxy (task, steps, lr, eval batches) is replaced. Every
+Candidates are built exactly as a sweep trial of ``experiments/spaces/hop_pilot.yaml`` (the
+quickstart's layout when the pilot ran: same lowering and parameter matching); only the proxy (task, steps, lr, eval batches) is replaced. Every
 run evaluates on the same fixed eval batches (``eval_seed``), as a sweep's replicates do.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ import time
 import optuna
 import torch
 
+from nas.noise import mean_se
 from nas.space import _label, load_space
 from runners.train import TrainConfig, train
 
@@ -47,11 +48,6 @@ def run(space, params: dict, args, seed: int) -> tuple[float, float, float]:
     return result.final["acc"], time.perf_counter() - start, time.process_time() - cpu
 
 
-def mean_se(values: list[float]) -> tuple[float, float]:
-    mean = statistics.fmean(values)
-    return mean, (statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan"))
-
-
 def separation(looped: list[float], base: list[float]) -> tuple[float, float, bool]:
     """(difference of means, its standard error, separated: min(looped) > max(base) and
     difference > 3 s.e.)."""
@@ -69,7 +65,7 @@ def parse_k(text: str):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--space", default="spaces/quickstart.yaml")
+    ap.add_argument("--space", default="experiments/spaces/hop_pilot.yaml")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--mixers", nargs="+", default=["gdn", "attn"], choices=["gdn", "attn"])
     ap.add_argument("--loops", nargs="+", default=list(LOOPS), choices=list(LOOPS))
