@@ -66,9 +66,6 @@ def format_path(loc: tuple) -> str:
     return out
 
 
-# ---------------------------------------------------------------- walking a loc
-
-
 @dataclass
 class _Walk:
     """A pydantic loc read against the spec types."""
@@ -164,8 +161,6 @@ def _walk(root: type[BaseModel], loc: tuple) -> _Walk:
     return w
 
 
-# ---------------------------------------------------------------- wording
-
 _TYPE_WORDS = {
     "model_type": "a mapping", "model_attributes_type": "a mapping", "dict_type": "a mapping",
     "tuple_type": "a list", "list_type": "a list", "int_type": "an integer",
@@ -233,9 +228,6 @@ def _describe(err: dict, w: _Walk) -> str:
     expected = _expected(err)
     what = f"should be {expected}" if expected else err["msg"]
     return f"{what} (got {_got(err['input'])}){_literal_hint(err)}"
-
-
-# ---------------------------------------------------------------- unions
 
 
 def _prune_branches(items: list[tuple[dict, _Walk]]) -> list[tuple[dict, _Walk]]:

@@ -43,9 +43,6 @@ COLORS = {
 LOOP_COLORS = ("#c51b7d", "#542788", "#01665e", "#8c510a")
 
 
-# ---------------------------------------------------------------- labels
-
-
 def variant(op) -> str:
     """Colour key of an op: its kind, with windowed attention as ``swa``."""
     if isinstance(op, AttnSpec) and op.window is not None:
@@ -153,9 +150,6 @@ def summary(arch: ArchSpec) -> str:
     return f"{arch.L} layers ({mixers}), width {arch.model.width} · {loops_summary(arch)}"
 
 
-# ---------------------------------------------------------------- structure
-
-
 def elr_parts(arch: ArchSpec) -> dict[int, str]:
     """ELR form (one top-level loop over whole layers, with layers outside it): the part
     of each layer, ``prelude`` / ``recurrent`` / ``coda``; empty for any other form."""
@@ -190,9 +184,6 @@ def loop_levels(arch: ArchSpec) -> dict[int, int]:
 def _expected_runs(arch: ArchSpec, addr: OpAddr, loops: int | None) -> int:
     return math.prod(loops if loops is not None else r.T for r in arch.loops
                      if r.start.flat <= addr.flat <= r.end.flat)
-
-
-# ---------------------------------------------------------------- unrolled view
 
 
 class _Unroller:
@@ -273,9 +264,6 @@ def unrolled_graph(arch: ArchSpec, loops: int | None = None) -> nx.DiGraph:
     return u.g
 
 
-# ---------------------------------------------------------------- folded view
-
-
 def _schedule(arch: ArchSpec, layer: int, regions: tuple[int, ...]) -> str:
     """Per-iteration windows / top-k of a scheduled mixer: ``full→512→256→128``."""
     base = arch.layers[layer].mixer
@@ -327,9 +315,6 @@ def folded_graph(arch: ArchSpec) -> nx.DiGraph:
                    back=True, loop=i, T=r.T, update=update_label(arch, r),
                    level=levels.get(i, 1), label=loop_label(arch, r))
     return g
-
-
-# ---------------------------------------------------------------- text formats
 
 
 def _q(text: str) -> str:
@@ -403,9 +388,6 @@ def to_mermaid(g: nx.DiGraph) -> str:
         lines.append(f"  classDef k_{v} fill:{COLORS.get(v, '#ffffff')},stroke:#333333")
         lines.append(f"  class {','.join(members)} k_{v}")
     return "\n".join(lines) + "\n"
-
-
-# ---------------------------------------------------------------- checks
 
 
 def _stream_chain(g: nx.DiGraph) -> list[Problem]:

@@ -104,9 +104,6 @@ def _resolve_layer(layer: LayerSpec, model: ModelSpec, path: str) -> LayerSpec:
     return LayerSpec(mixer=mixer, ffn=ffn, norm_placement=layer.norm_placement)
 
 
-# ---------------------------------------------------------------- hybrid placement
-
-
 def _hybrid_mixer(name: str, hybrid: HybridSpec, path: str) -> MixerSpec:
     if name in hybrid.mixers:
         return hybrid.mixers[name]
@@ -175,9 +172,6 @@ def _raw_layers(spec: ArchSpec) -> tuple[LayerSpec, ...]:
         raise fail("layer", "field required with num_layers: the layer template to repeat "
                    "(or use hybrid)")
     return (spec.layer,) * spec.num_layers
-
-
-# ---------------------------------------------------------------- loops
 
 
 def _region(a: OpAddr, b: OpAddr, sugar: LoopSugar, schedule=()) -> LoopRegion:

@@ -132,9 +132,6 @@ def trial_params(space, pattern: Sequence[int], loops: int | None) -> dict[str, 
     return params if loops is None else {**params, "T": loops}
 
 
-# ---------------------------------------------------------------- the search
-
-
 def exhaustive(counts_: Sequence[int], limit: int = 1_000_000) -> list[tuple[int, ...]]:
     """Every placement with ``counts_[i]`` layers of option i, in lexicographic order."""
     L, total = sum(counts_), 1

@@ -376,9 +376,6 @@ def spec_hash(arch: ArchSpec, proxy: dict[str, Any] | None = None) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-# ---------------------------------------------------------------- costs
-
-
 def cost_value(arch: ArchSpec, metric: str, seq_len: int, k: int | None = None, sheets: dict | None = None) -> float:
     """A cost-model quantity of ``arch`` at ``seq_len`` (``k``: an elastic loop count);
     ``sheets`` caches the priced spec per context."""
@@ -397,9 +394,6 @@ def violations(space: Space, arch: ArchSpec, sheets: dict | None = None) -> list
     """Each constraint with its violation amount (> 0: violated)."""
     return [(c, c.violation(cost_value(arch, c.metric, c.seq_len or space.spec.seq_len, sheets=sheets)))
             for c in space.constraints]
-
-
-# ---------------------------------------------------------------- loading
 
 
 def parse_constraint(text: str, path: str) -> Constraint:

@@ -119,9 +119,6 @@ class NormSpec(Spec):
         return self
 
 
-# ---------------------------------------------------------------- mixers
-
-
 class GDNSpec(Spec):
     """Gated DeltaNet (fla ``GatedDeltaNet``); defaults are fla's."""
 
@@ -324,9 +321,6 @@ MixerSpec = Annotated[
 MIXER_KINDS = ("gdn", "deltanet", "kda", "mamba2", "attn", "dsa", "nsa", "parallel", "switch")
 
 
-# ---------------------------------------------------------------- FFNs
-
-
 class SwiGLUSpec(Spec):
     """SwiGLU FFN (fla ``GatedMLP``); ``hidden_size=None`` is fla's default:
     ``int(width * 4 * 2 / 3)`` rounded up to a multiple of 256."""
@@ -381,9 +375,6 @@ class LayerSpec(Spec):
     norm_placement: Literal["pre", "post"] = "pre"
 
 
-# ---------------------------------------------------------------- model
-
-
 class ModelSpec(Spec):
     """Global geometry. ``defaults`` maps an op kind to field values that every op of
     that kind starts from (``{gdn: {num_heads: 4, head_dim: 72}}``); layers override."""
@@ -394,9 +385,6 @@ class ModelSpec(Spec):
     norm: NormSpec = NormSpec()
     init_std: PosFloat = 0.02
     defaults: dict[str, dict[str, Any]] = Field(default_factory=dict)
-
-
-# ---------------------------------------------------------------- loops
 
 
 class OpAddr(Spec):

@@ -89,9 +89,6 @@ class TrainResult(BaseModel):
     arch: ArchSpec
 
 
-# ---------------------------------------------------------------- pieces of the loop
-
-
 def with_vocab(arch: ArchSpec, vocab_size: int) -> ArchSpec:
     """The same architecture with the task's vocabulary (a pure spec → spec rewrite)."""
     if arch.model.vocab_size == vocab_size:
@@ -210,9 +207,6 @@ def _fingerprint(arch: ArchSpec, config: TrainConfig) -> str:
     the step or token budget: a resumed run may be extended to more steps."""
     config_data = config.model_dump(mode="json", exclude={"progress", "steps", "tokens"})
     return json.dumps([arch.model_dump(mode="json"), config_data], sort_keys=True)
-
-
-# ---------------------------------------------------------------- the loop
 
 
 def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None,

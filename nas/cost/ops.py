@@ -28,9 +28,6 @@ def _rule(table: dict, *types: type) -> Callable:
     return deco
 
 
-# ---------------------------------------------------------------- parameters per op
-
-
 def _conv(channels: int, size: int, bias: bool) -> int:
     """A depthwise causal conv (fla ``ShortConvolution``): weight (C, 1, W) + bias (C)."""
     return channels * size + (channels if bias else 0)
@@ -222,9 +219,6 @@ def op_projection_flops(op: Spec, width: int) -> int:
     return 2 * op_active_params(op, width)
 
 
-# ---------------------------------------------------------------- sequence mixing per op
-
-
 def mean_keys(n: int, window: int | None) -> float:
     """Mean over positions t = 1..n of the keys a causal query sees, ``min(t, w)``:
     ``Σ_t min(t, w) = n(n+1)/2`` when ``n ≤ w`` (or no window), else
@@ -310,9 +304,6 @@ def op_seq_flops(op: Spec, width: int, n: int) -> float:
     """Sequence-mixing FLOPs of one application per token, averaged over the positions of
     a causal sequence of length ``n``."""
     return _SEQ[type(op)](op, width, n)
-
-
-# ---------------------------------------------------------------- inference memory per op
 
 
 # Inference memory is what ``LoopLM.prefill`` keeps per sequence after ``n`` tokens

@@ -38,9 +38,6 @@ def _autocast(device: torch.device, dtype: torch.dtype):
     return torch.autocast(device.type, dtype=dtype)
 
 
-# ---------------------------------------------------------------- training
-
-
 @dataclass(frozen=True)
 class TrainTiming:
     tokens_per_s: float
@@ -80,9 +77,6 @@ def measure_train(model, batch_size: int, context: int, dtype: torch.dtype = tor
     seconds = median_seconds(step, device, repeats, warmup)
     model.eval()
     return TrainTiming(batch_size * context / seconds, 1e3 * seconds, peak)
-
-
-# ---------------------------------------------------------------- inference
 
 
 def for_serving(model, dtype: torch.dtype):
@@ -169,9 +163,6 @@ def serving_peak(model, batch_size: int, context: int, loops: int | None = None,
         for i in range(decode_tokens):
             model.decode(cache, step_ids[:, i:i + 1])
     return peak_memory(serve, _device(model), baseline=module_bytes(model) + tensor_bytes([ids, step_ids]))[1]
-
-
-# ---------------------------------------------------------------- the largest context
 
 
 @dataclass(frozen=True)

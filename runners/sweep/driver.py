@@ -281,8 +281,6 @@ class Sweep:
         if resume:
             self._recover()
 
-    # ------------------------------------------------------------ directory
-
     def _open(self, resume: bool) -> None:
         self.lock = acquire(self.out)  # before anything is read or written: one driver at a time
         exists = (self.out / EXPERIMENT).is_file()
@@ -376,8 +374,6 @@ class Sweep:
             if rid not in queued:
                 self.study.enqueue_trial(t.params, user_attrs={_ID: rid}, skip_if_exists=False)
 
-    # ------------------------------------------------------------ budget
-
     def counted(self) -> int:
         """Trials that use the budget: finished ones and those running in this driver.
         Infeasible candidates cost nothing and do not count, except on a grid, whose budget
@@ -448,8 +444,6 @@ class Sweep:
         record = record.model_copy(update={"replicates": reps, "rungs": mean_rungs(reps)})
         self._write(record)
         return record
-
-    # ------------------------------------------------------------ the gate
 
     def gate(self, trial) -> list[dict]:
         """Price and check a sampled trial. Returns its replicate jobs to train (those not
@@ -542,8 +536,6 @@ class Sweep:
             "status": "duplicate", "duplicate_of": original.id, "points": original.points,
             "reason": f"same canonical spec as {original.id} ({original.status}); its result is reused",
             "finished": time.time()})
-
-    # ------------------------------------------------------------ results
 
     def _cost_key(self, record: TrialRecord) -> tuple[float, ...]:
         """The cost objectives of a trial, oriented lower-is-better."""
