@@ -24,7 +24,7 @@ app = typer.Typer(
 
 # Commands whose module exists are registered, in this order (a module is one command).
 _COMMANDS = ("validate", "show", "graph", "cost", "train", "sweep", "calibrate", "status", "report",
-             "export", "bench", "diagnose", "doctor")
+             "export", "import_", "bench", "diagnose", "doctor")  # import_.py: the `import` command
 
 
 def _register() -> None:

@@ -17,6 +17,12 @@ class PickRule(str, Enum):
     cheapest = "cheapest"
 
 
+class Format(str, Enum):
+    remote = "remote"
+    native = "native"
+    auto = "auto"
+
+
 class Vary(str, Enum):
     scale = "scale"
     width = "width"
@@ -39,6 +45,10 @@ ScaleOpt = Annotated[float | None, typer.Option(
 VaryOpt = Annotated[Vary, typer.Option(
     "--vary", help="What --scale-to varies: scale (width, heads and FFN together), or one size alone.")]
 WeightsOpt = Annotated[bool, typer.Option("--with-weights", help="Include the trial's proxy weights (sweeps).")]
+FormatOpt = Annotated[Format, typer.Option(
+    "--format", help="remote: transformers remote code (any spec); native: a transformers family (qwen3_next, "
+                     "olmo_hybrid, qwen3, llama) with converted weights, loaded without remote code; auto: native "
+                     "where the spec is exactly such a family, remote code otherwise.")]
 CkptOpt = Annotated[Path | None, typer.Option(
     "--checkpoint", help="A trainer checkpoint of the spec whose weights to include (specs).", show_default=False)]
 
@@ -68,13 +78,15 @@ def export_cmd(
     checkpoint: CkptOpt = None,
     scale_to: ScaleOpt = None,
     vary: VaryOpt = Vary.scale,
+    format: FormatOpt = Format.remote,
 ) -> None:
     """Write a directory that transformers loads with
     AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True), without loopnas:
     config, modeling code, spec.yaml, cost.json, README.md, optional weights, scaled/.
 
     Examples: loopnas export experiments/quick --pick knee --with-weights --out chosen/ ;
-    loopnas export mixerloop_15m --out ml15m/ --scale-to 1.3e9
+    loopnas export mixerloop_15m --out ml15m/ --scale-to 1.3e9 ;
+    loopnas export hybrid.yaml --checkpoint ckpt.pt --format auto --out native/
     """
     from runners.export import ExportError, export_spec, export_trial
 
@@ -85,17 +97,19 @@ def export_cmd(
                 raise UsageError("--checkpoint is for a spec; a trial's weights come with --with-weights")
             _warn_unreadable(source)
             result = export_trial(source, out, trial=trial, pick=pick.value if pick else None,
-                                  with_weights=with_weights, scale_to=scale_to, vary=vary.value)
+                                  with_weights=with_weights, scale_to=scale_to, vary=vary.value,
+                                  fmt=format.value)
         else:
             if with_weights and checkpoint is None:
                 raise UsageError("a spec has no trained weights: give --checkpoint CKPT")
             result = export_spec(spec_path(source), out, checkpoint=checkpoint, scale_to=scale_to,
-                                 vary=vary.value)
+                                 vary=vary.value, fmt=format.value)
     except ExportError as exc:
         raise UsageError(str(exc)) from None
     console.print(f"exported {result.arch.name} to {result.out}"
                   + (" with weights" if result.with_weights else "")
                   + (f" (loops={result.loops})" if result.loops is not None else ""), markup=False)
+    console.print(f"format: {result.why}", markup=False)
     if result.scaled is not None:
         s = result.scaled
         console.print(f"scaled/: {s.params:,} unique params, {s.miss:.2%} from {s.target:,.0f} "

@@ -6,6 +6,9 @@ and flat copies of the loopnas modules they need, see :mod:`runners.export.vendo
 ``model.safetensors`` when weights are asked for, ``spec.yaml``, ``cost.json`` and a
 ``README.md``. ``--scale-to`` adds ``scaled/``: the same kind of directory, without
 weights, for the architecture resized to a parameter target by the budget matcher.
+With ``fmt="native"`` (or ``auto`` where it fits) the directory is instead a
+transformers-native model (``qwen3_next``, ``olmo_hybrid``, ``qwen3``, ``llama``): config and
+converted weights, no code (:mod:`runners.export.native`).
 ``loopnas_export.json`` lists the files the export wrote: exporting again into the same
 directory replaces those, deletes the ones it no longer writes, and leaves everything else
 (a ``.git``, notes) alone.
@@ -28,7 +31,7 @@ from nas.lower import lower
 from nas.spec import ArchSpec, MatchSpec
 from runners.checkpoint import CHECKPOINT, RESULT
 
-from . import vendor
+from . import native, vendor
 from .pick import Choice, ExportError, Pick, choose
 from .readme import readme
 from .scale import proportional
@@ -73,6 +76,8 @@ class Export:
     with_weights: bool
     scaled: Scaled | None
     how: str
+    family: str | None = None  # the transformers-native model type written (None: remote code)
+    why: str = ""  # why this format (--format auto says which and why)
 
 
 def config_dict(arch: ArchSpec, loops: int | None, dtype: str = "float32") -> dict:
@@ -169,8 +174,17 @@ def write_code(out: Path) -> list[str]:
 def _save_weights(path: Path, arch: ArchSpec, state: dict) -> str:
     """Check ``state`` against the model ``arch`` compiles to, then save it as safetensors
     under transformers' names (``model.`` + the loopnas name)."""
-    import torch
     from safetensors.torch import save_file
+
+    state = _checked(arch, state)
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in state.items()}
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return str(next(iter(tensors.values())).dtype).removeprefix("torch.")
+
+
+def _checked(arch: ArchSpec, state: dict) -> dict:
+    """``state`` (without a torch.compile prefix), if its names and shapes are the model's."""
+    import torch
 
     from builders.model import build_model
 
@@ -185,9 +199,7 @@ def _save_weights(path: Path, arch: ArchSpec, state: dict) -> str:
                  else f"{wrong[0]} has shape {tuple(state[wrong[0]].shape)}, expected {tuple(expected[wrong[0]].shape)}")
         raise ExportError(f"the weights do not fit {arch.name}: {first} "
                           f"({len(missing)} missing, {len(extra)} unexpected, {len(wrong)} mis-shaped)")
-    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in state.items()}
-    save_file(tensors, str(path), metadata={"format": "pt"})
-    return str(next(iter(tensors.values())).dtype).removeprefix("torch.")
+    return state
 
 
 def write_dir(out: Path, arch: ArchSpec, *, loops: int | None, how: str, state: dict | None,
@@ -198,9 +210,27 @@ def write_dir(out: Path, arch: ArchSpec, *, loops: int | None, how: str, state: 
                      extra_readme=extra_readme)
 
 
+def _write_native(out: Path, arch: ArchSpec, family: str, *, how: str, state: dict | None,
+                  seq_len: int, extra_readme: str = "") -> None:
+    """A transformers-native directory (:mod:`runners.export.native`): config, converted
+    weights, spec, cost sheet, README; no code."""
+    from .native.readme import native_readme
+
+    out.mkdir(parents=True, exist_ok=True)
+    native.save(out, arch, family, _checked(arch, state) if state is not None else None)
+    (out / "spec.yaml").write_text(dump_yaml(arch))
+    sheet = cost(arch, seq_len=seq_len)
+    (out / "cost.json").write_text(json.dumps(sheet.to_dict(), indent=2) + "\n")
+    (out / "README.md").write_text(native_readme(arch, sheet, family=family, how=how, with_weights=state is not None,
+                                                 architecture=native.FAMILIES[family].ARCHITECTURE,
+                                                 extra=extra_readme))
+
+
 def _write_files(out: Path, arch: ArchSpec, *, loops: int | None, how: str, state: dict | None,
-                 seq_len: int, extra_readme: str = "") -> None:
-    """Config, code, spec, cost sheet, README, optional weights."""
+                 seq_len: int, extra_readme: str = "", family: str | None = None) -> None:
+    """Config, code, spec, cost sheet, README, optional weights (``family``: a native one)."""
+    if family is not None:
+        return _write_native(out, arch, family, how=how, state=state, seq_len=seq_len, extra_readme=extra_readme)
     out.mkdir(parents=True, exist_ok=True)
     write_code(out)
     dtype = _save_weights(out / "model.safetensors", arch, state) if state is not None else "float32"
@@ -233,20 +263,23 @@ def scale(source: ArchSpec, target: float, vary: str = "scale") -> Scaled:
 
 
 def _finish(out: Path, arch: ArchSpec, scale_src: ArchSpec, *, loops, how, state, seq_len,
-            scale_to, vary) -> Export:
+            scale_to, vary, fmt: str = "remote") -> Export:
+    chosen = native.choose_format(arch, fmt)  # a native family has no loops, so no elastic depth
     scaled = scale(scale_src, scale_to, vary) if scale_to is not None else None
+    scaled_family = native.choose_format(scaled.arch, fmt).family if scaled is not None else None
     note = ""
     if scaled is not None:
         note = (f"`scaled/` holds the same architecture resized for full training: {scaled.params:,} "
                 f"unique parameters for a target of {scaled.target:,.0f} ({scaled.miss:.2%} off; "
                 f"{_VARIED[vary]}); no weights.")
     with _export_dir(out) as stage:
-        _write_files(stage, arch, loops=loops, how=how, state=state, seq_len=seq_len, extra_readme=note)
+        _write_files(stage, arch, loops=loops, how=how, state=state, seq_len=seq_len, extra_readme=note,
+                     family=chosen.family)
         if scaled is not None:
             _write_files(stage / "scaled", scaled.arch, loops=loops, seq_len=seq_len, state=None,
                          how=f"Resized to {scaled.target:,.0f} unique parameters ({_VARIED[vary]}) "
-                             f"from the architecture chosen as follows. {how}")
-    return Export(out, arch, loops, state is not None, scaled, how)
+                             f"from the architecture chosen as follows. {how}", family=scaled_family)
+    return Export(out, arch, loops, state is not None, scaled, how, chosen.family, chosen.why)
 
 
 def _load_state(path: Path) -> dict:
@@ -277,8 +310,10 @@ def _proxy_arch(arch: ArchSpec, ckpt: Path, state: dict) -> ArchSpec:
 
 def export_spec(spec_path: str | Path, out: str | Path, *, checkpoint: str | Path | None = None,
                 scale_to: float | None = None, vary: str = "scale", loops: int | None = None,
-                seq_len: int = DEFAULT_SEQ_LEN) -> Export:
-    """Export a spec file, optionally with the weights of a trainer checkpoint of it."""
+                seq_len: int = DEFAULT_SEQ_LEN, fmt: str = "remote") -> Export:
+    """Export a spec file, optionally with the weights of a trainer checkpoint of it.
+    ``fmt``: ``remote`` (transformers remote code), ``native`` or ``auto``
+    (:func:`runners.export.native.choose_format`)."""
     source = load_spec(spec_path)
     arch = resolve(source, str(spec_path))
     how = f"Exported from the spec {Path(spec_path).name}, outside any sweep"
@@ -288,12 +323,12 @@ def export_spec(spec_path: str | Path, out: str | Path, *, checkpoint: str | Pat
         arch = _proxy_arch(arch, Path(checkpoint), state)
         how += f", with the weights of {checkpoint}"
     return _finish(Path(out), arch, source, loops=loops, how=how, state=state, seq_len=seq_len,
-                   scale_to=scale_to, vary=vary)
+                   scale_to=scale_to, vary=vary, fmt=fmt)
 
 
 def export_trial(exp_dir: str | Path, out: str | Path, *, trial: str | None = None,
                  pick: Pick | None = None, with_weights: bool = False,
-                 scale_to: float | None = None, vary: str = "scale") -> Export:
+                 scale_to: float | None = None, vary: str = "scale", fmt: str = "remote") -> Export:
     """Export one trial of an experiment directory, chosen by id or by a Pareto pick."""
     choice: Choice = choose(exp_dir, trial, pick)
     arch = ArchSpec.model_validate(choice.trial.arch)
@@ -306,7 +341,8 @@ def export_trial(exp_dir: str | Path, out: str | Path, *, trial: str | None = No
         state = _load_state(ckpt)
         arch = _proxy_arch(arch, ckpt, state)
     return _finish(Path(out), arch, ArchSpec.model_validate(choice.trial.arch), loops=choice.k,
-                   how=how, state=state, seq_len=choice.experiment.seq_len, scale_to=scale_to, vary=vary)
+                   how=how, state=state, seq_len=choice.experiment.seq_len, scale_to=scale_to, vary=vary,
+                   fmt=fmt)
 
 
 def _how(c: Choice) -> str:
