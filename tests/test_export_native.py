@@ -59,6 +59,8 @@ CASES = {  # name: (family, spec text)
                            + f"hybrid: {{ratio: {{a: 1, g: 1}}, placement: bookend, mixers: {{a: {QWEN_ATTN}, g: {QWEN_GDN}}}}}\n"),
     "olmo_hybrid-interleave": ("olmo_hybrid", OLMO_MODEL % "false" + layers(*olmo("ggga"))),
     "olmo_hybrid-bookend": ("olmo_hybrid", OLMO_MODEL % "true" + layers(*olmo("agga"))),
+    "olmo_hybrid-nope": ("olmo_hybrid", OLMO_MODEL % "false"  # no rotary: rope_theta None in both
+                         + layers(*olmo("gag")).replace("qk_norm_over: heads}", "qk_norm_over: heads, rope_theta: null}")),
     "qwen3": ("qwen3", DENSE_MODEL % "false" + layers(*[("{kind: attn, num_heads: 4, num_kv_heads: 2, head_dim: 8, "
                                                          "qk_norm: {eps: 1.0e-6}}", SWIGLU, "pre")] * 2)),
     "llama": ("llama", DENSE_MODEL % "true" + layers(*[("{kind: attn, num_heads: 4, num_kv_heads: 1}", SWIGLU, "pre")] * 2)),
@@ -270,3 +272,130 @@ def test_native_refusal_is_an_export_error():
     with pytest.raises(ExportError, match="loops"):
         choose_format(load_arch(ROOT / "spaces" / "archs" / "tiny_mixerloop.yaml"), "native")
 
+
+def test_nope_stays_nope(native):
+    """olmo_hybrid without rotary embeddings: transformers builds no rotary_emb from rope_theta None."""
+    assert native[2]["olmo_hybrid-nope"]["config"]["rope_parameters"]["rope_theta"] is None
+
+
+# ---------------------------------------------------------------- import: bad input, no code, only --out
+
+LLAMA = {"model_type": "llama", "vocab_size": 80, "hidden_size": 32, "intermediate_size": 48,
+         "num_hidden_layers": 2, "num_attention_heads": 4}
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("content,argv,expect", [
+    ("[1, 2]", [], "a JSON list, not a config object"),
+    (b"\xff\xfe{", [], "not a readable JSON config"),
+    ("{model_type: llama", [], "not a readable JSON config"),
+    ({"model_type": "mamba"}, [], "model_type: 'mamba'; loopnas imports"),
+    ({"hidden_size": 32}, [], "model_type: None"),
+    (LLAMA | {"num_attention_heads": 0}, [], "num_attention_heads: 0; a whole number at least 1"),
+    (LLAMA | {"hidden_size": "32"}, [], "hidden_size: '32'; a whole number"),
+    (LLAMA | {"vocab_size": 1e400}, [], "vocab_size: inf"),
+    (LLAMA | {"num_hidden_layers": 10 ** 8}, [], "num_hidden_layers: 100000000; loopnas takes at most"),
+    (LLAMA | {"hidden_size": 30}, [], "transformers refuses this llama config: The hidden size (30) is not a multiple"),
+    (LLAMA | {"rope_parameters": {"rope_type": "default", "partial_rotary_factor": "x"}}, [], "gives no valid loopnas spec"),
+    (LLAMA | {"attention_bias": True}, [], "attention_bias: true"),
+    ({**LLAMA, "model_type": "qwen3_next", "layer_types": "linear"}, [], "layer_types: a list of layer names"),
+    (LLAMA, ["--name", "../evil"], "--name: '../evil' cannot name a file"),
+    (LLAMA, ["--out", "OUT/spec.json"], "should be a .yaml file"),
+    (LLAMA, ["--out", "OUT/dir.yaml"], "is a directory"),
+    (LLAMA, ["--out", "FILE/spec.yaml"], "is a file, not a folder"),
+    (None, [], "no such file"),
+], ids=["list", "not-utf8", "not-json", "unknown-type", "no-type", "zero-heads", "string-size", "infinite",
+        "deep", "transformers-refuses", "bad-rope", "unmapped-field", "layer-types", "bad-name", "not-yaml",
+        "out-dir", "out-under-file", "missing"])
+def test_import_refuses_bad_input_in_one_line(content, argv, expect, tmp_path, capsys):
+    """Exit 2, one line naming what is wrong, no traceback, and nothing written anywhere."""
+    src = tmp_path / "src" / "config.json"
+    src.parent.mkdir()
+    if content is not None:
+        src.write_bytes(content if isinstance(content, bytes) else
+                        (content if isinstance(content, str) else json.dumps(content)).encode())
+    (tmp_path / "OUT" / "dir.yaml").mkdir(parents=True)
+    (tmp_path / "FILE").write_text("a file\n")
+    argv = [a.replace("OUT", str(tmp_path / "OUT")).replace("FILE", str(tmp_path / "FILE")) for a in argv]
+    before = _files(tmp_path)
+    out = [] if "--out" in argv else ["--out", str(tmp_path / "new" / "spec.yaml")]
+    assert main(["import", str(src.parent), *out, *argv]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and expect in err[0], err
+    assert "Traceback" not in captured.out + captured.err
+    assert _files(tmp_path) == before
+
+
+def test_import_reads_only_the_json(tmp_path, capsys):
+    """A model directory with remote code (``auto_map``) and a pickled checkpoint: import
+    reads config.json through transformers' own config class and nothing else, so no code
+    in the directory runs."""
+    model = tmp_path / "model"
+    model.mkdir()
+    marker = tmp_path / "MARKER"
+    code = f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+    (model / "configuration_evil.py").write_text(code + "from transformers import LlamaConfig as EvilConfig\n")
+    (model / "modeling_evil.py").write_text(code)
+    (model / "__init__.py").write_text(code)
+    (model / "config.json").write_text(json.dumps(LLAMA | {"auto_map": {
+        "AutoConfig": "configuration_evil.EvilConfig", "AutoModelForCausalLM": "modeling_evil.EvilModel"}}))
+    (model / "pytorch_model.bin").write_bytes(b"\x80\x02cposix\nsystem\nq\x00X\x04\x00\x00\x00truep\x01\x85R.")
+    spec = tmp_path / "spec.yaml"
+    assert main(["import", str(model), "--out", str(spec)]) == 0, capsys.readouterr().err
+    assert not marker.exists()
+    assert load_arch(spec).name == "model" and len(load_arch(spec).layers) == 2
+
+
+def test_import_writes_only_out(tmp_path, capsys):
+    """A symlink at --out is replaced, not written through; no temporary file is left; missing
+    parents are made."""
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("keep me\n")
+    src = tmp_path / "config.json"
+    src.write_text(json.dumps(LLAMA))
+    link = tmp_path / "specs" / "link.yaml"
+    link.parent.mkdir()
+    link.symlink_to(outside)
+    assert main(["import", str(src), "--out", str(link)]) == 0
+    assert outside.read_text() == "keep me\n"
+    assert not link.is_symlink() and load_arch(link).model.width == 32
+    nested = tmp_path / "a" / "b" / "spec.yaml"
+    assert main(["import", str(src), "--out", str(nested)]) == 0
+    assert sorted(_files(tmp_path)) == ["a", "a/b", "a/b/spec.yaml", "config.json", "outside.yaml",
+                                        "specs", "specs/link.yaml"]
+
+
+def test_native_export_loads_weights_only(tmp_path, capsys):
+    """--format native reads a checkpoint as remote export does: weights only, so a pickle
+    that would run code is refused (one line, exit 2) and runs nothing."""
+    import pathlib
+
+    class Touch:
+        def __reduce__(self):
+            return pathlib.Path.touch, (tmp_path / "MARKER",)
+
+    spec = tmp_path / "q.yaml"
+    spec.write_text("name: q\n" + CASES["qwen3_next-gdn"][1])
+    state = build_model(load_arch(spec), backend="torch").state_dict()
+    torch.save({"model": state, "extra": Touch()}, tmp_path / "evil.pt")
+    rc = main(["export", str(spec), "--checkpoint", str(tmp_path / "evil.pt"), "--format", "native",
+               "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "would run code" in err[0], err
+    assert not (tmp_path / "MARKER").exists() and not (tmp_path / "x").exists()
+
+
+def test_validate_and_cost_import_no_torch():
+    """The export and import commands are registered on the CLI, yet validate and cost still
+    import neither torch nor transformers nor safetensors."""
+    probe = ("import json, sys\nfrom runners.cli import main\n"
+             "codes = [main(['validate', 'tiny_elr']), main(['cost', 'tiny_elr', '--json']), main(['import', '--help'])]\n"
+             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'safetensors'))\n"
+             "print(json.dumps({'codes': codes, 'heavy': heavy[:5]}))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"codes": [0, 0, 0], "heavy": []}

@@ -16,6 +16,36 @@ SpecOutOpt = Annotated[Path, typer.Option("--out", "-o", help="The spec file to 
 NameOpt = Annotated[str | None, typer.Option("--name", help="The spec's name (default: the config's directory).")]
 
 
+def write_spec(out: Path, text: str) -> None:
+    """Write ``text`` to ``out`` and nowhere else: into a temporary file beside it, then
+    renamed over it (a symlink at ``out`` is replaced, not followed; a failed write leaves
+    no partial file). Missing parent folders are made, and removed again if the write fails."""
+    import os
+    import tempfile
+
+    made = [p for p in (out.parent, *out.parent.parents) if not p.exists()]
+    tmp = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> what a plain open would give
+        os.replace(tmp, out)
+        tmp = None
+    except BaseException:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        for folder in made:  # innermost first
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
 @app.command("import")
 def import_cmd(config: ConfigArg, out: SpecOutOpt, name: NameOpt = None) -> None:
     """Write the loopnas spec of a transformers config (qwen3_next, olmo_hybrid, qwen3, llama).
@@ -33,12 +63,20 @@ def import_cmd(config: ConfigArg, out: SpecOutOpt, name: NameOpt = None) -> None
 
     if out.suffix not in (".yaml", ".yml"):
         raise UsageError(f"--out {out} should be a .yaml file")
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a directory; give the spec file to write (.yaml)")
+    blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise UsageError(f"--out {out}: {blocking} is a file, not a folder")
     try:
         arch = import_config(config, name)
     except Blocker as exc:
-        raise UsageError(f"cannot import {config}: {exc}") from None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(dump_yaml(arch))
+        whole = Path(exc.path) in (config, config / "config.json")  # the file itself: it names it
+        raise UsageError(f"cannot import {exc}" if whole else f"cannot import {config}: {exc}") from None
+    try:
+        write_spec(out, dump_yaml(arch))
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write: {exc.strerror or exc}") from None
     kinds: dict[str, int] = {}
     for layer in arch.layers:
         kinds[layer.mixer.kind] = kinds.get(layer.mixer.kind, 0) + 1

@@ -109,42 +109,122 @@ def architecture(config: dict) -> dict:
     return FAMILIES[config["model_type"]].architecture(config)
 
 
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is kilobytes; a bigger file is not one
+
+# Size fields of the families' configs: each, where the config gives it, must be a whole
+# number at least this (checked before transformers' config class divides by them).
+_SIZES = {k: 1 for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                         "num_key_value_heads", "intermediate_size", "linear_num_key_heads",
+                         "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                         "linear_conv_kernel_dim", "num_experts_per_tok", "moe_intermediate_size",
+                         "decoder_sparse_step")} | {
+    "head_dim": 1, "num_experts": 0, "shared_expert_intermediate_size": 0}
+
+
+def _first_line(exc: BaseException) -> str:
+    """The message of ``exc`` as one line of at most 200 characters. huggingface_hub's
+    validation errors are a header line (``Validation error for field 'x':``) over the
+    cause (``TypeError: ...``): the cause, without its class name, is the message."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [exc.__class__.__name__]
+    text = lines[0]
+    if len(lines) > 1 and text.endswith(":"):
+        text = re.sub(r"^[A-Za-z_]\w*(Error|Exception): ", "", lines[1])
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _check_sizes(raw: dict) -> None:
+    """Every size the config gives is a whole number in range, layers at most MAX_LAYERS."""
+    from nas.spec import MAX_LAYERS
+
+    for key, least in _SIZES.items():
+        value = raw.get(key)
+        if value is None and key in ("head_dim", "num_key_value_heads", "num_experts"):
+            continue  # transformers' defaults: hidden_size / heads, heads, no experts
+        if key not in raw:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise Blocker(key, f"{value!r}; a whole number{' at least ' + str(least) if least else ''} expected")
+    if raw.get("num_hidden_layers", 1) > MAX_LAYERS:
+        raise Blocker("num_hidden_layers", f"{raw['num_hidden_layers']}; loopnas takes at most {MAX_LAYERS} layers")
+    types = raw.get("layer_types")
+    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+        raise Blocker("layer_types", "a list of layer names (full_attention, linear_attention) expected")
+
+
 def read_config(source: str | Path) -> dict:
     """A ``config.json`` (or a directory holding one), completed with its transformers
-    config class's defaults."""
+    config class's defaults. Only the JSON is read: no code, no weights, no ``auto_map``;
+    anything wrong with it is a :class:`Blocker` (one line)."""
     path = Path(source)
     path = path / "config.json" if path.is_dir() else path
+    if not path.exists():
+        raise Blocker(str(path), "no such file (give a config.json or a directory holding one)")
+    if not path.is_file():
+        raise Blocker(str(path), "not a regular file (give a config.json or a directory holding one)")
     try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise Blocker(str(path), "no such file (give a config.json or a directory holding one)") from None
-    except (OSError, ValueError) as exc:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise Blocker(str(path), f"{path.stat().st_size:,} bytes; not a config.json")
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
         raise Blocker(str(path), f"not a readable JSON config ({exc.__class__.__name__})") from None
-    model_type = raw.get("model_type") if isinstance(raw, dict) else None
-    if model_type not in FAMILIES:
+    if not isinstance(raw, dict):
+        raise Blocker(str(path), f"a JSON {type(raw).__name__}, not a config object")
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise Blocker("model_type", f"{model_type!r}; loopnas imports {', '.join(FAMILIES)}")
+    _check_sizes(raw)
     from transformers import AutoConfig
 
-    fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "transformers_version")}
+    # for_model: the config class transformers ships for model_type, built from keywords;
+    # auto_map (remote code) is never looked at.
+    fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "transformers_version",
+                                                        "auto_map")}
     try:
         return AutoConfig.for_model(model_type, **fields).to_dict()
-    except (TypeError, ValueError) as exc:
-        raise Blocker(str(path), f"transformers refuses this {model_type} config: {exc}") from None
+    except Exception as exc:  # transformers' validation of user data: say it in one line
+        raise Blocker(str(path), f"transformers refuses this {model_type} config: {_first_line(exc)}") from None
+
+
+def _spec_error(exc: Exception) -> str:
+    """One line for a spec the config gives that loopnas refuses (the first problem)."""
+    from pydantic import ValidationError
+
+    from nas import spec as spec_module
+    from nas.errors import SpecError, from_validation_error
+
+    if isinstance(exc, ValidationError):
+        root = getattr(spec_module, str(exc.title), None)
+        exc = from_validation_error(exc, root) if isinstance(root, type) else exc
+    if isinstance(exc, SpecError) and exc.problems:
+        first, more = exc.problems[0], len(exc.problems) - 1
+        at = f"{first.path}: " if first.path else ""
+        return f"{at}{first.message}" + (f" (and {more} more)" if more else "")
+    return _first_line(exc)
 
 
 def import_config(source: str | Path, name: str | None = None) -> ArchSpec:
-    """The canonical loopnas spec of a family's config (validated)."""
+    """The canonical loopnas spec of a family's config (validated); anything that stops it
+    is a :class:`Blocker`."""
+    from nas.errors import SpecError
     from nas.load import resolve
+    from nas.spec import name_problem
 
+    if name is not None and (problem := name_problem(name)) is not None:
+        raise Blocker("--name", problem)
     cfg = read_config(source)
     path = Path(source)
     stem = name or (path.name if path.is_dir() else path.parent.name if path.name == "config.json" else path.stem)
-    stem = re.sub(r"[^\w.+-]", "_", stem).lstrip(".+-") or cfg["model_type"]
+    if name is None:
+        stem = re.sub(r"[^\w.+-]", "_", stem).lstrip(".+-")[:100] or cfg["model_type"]
     try:
         spec = FAMILIES[cfg["model_type"]].to_spec(cfg, stem)
+        return resolve(spec)
+    except Blocker:
+        raise
     except KeyError as exc:
         raise Blocker(str(exc.args[0]), "missing from the config") from None
-    return resolve(spec)
+    except (SpecError, ValueError, TypeError, ArithmeticError) as exc:  # ValidationError is a ValueError
+        raise Blocker("config", f"gives no valid loopnas spec: {_spec_error(exc)}") from None
 
 
 __all__ = ["FAMILIES", "FORMATS", "Blocker", "Fit", "Format", "choose_format", "fit", "native_config", "convert", "save", "architecture",
