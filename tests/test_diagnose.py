@@ -79,7 +79,9 @@ def test_position_wise_mixer_gives_zero_change(tmp_path):
     no_carry(model.layers[0].mixer)
     rows = interventions(Evaluator(model, batches()))
     assert [r["iteration"] for r in rows] == [0, 1, 2]
-    assert all(r["kl"] < 1e-9 and abs(r["d_loss"]) < 1e-6 for r in rows)
+    # fp32 rounding only: the intact run and the closed one take different kernel paths
+    # (chunked vs one token), so their logits agree to ~1e-7, their KL to ~1e-8
+    assert all(r["kl"] < 1e-7 and abs(r["d_loss"]) < 1e-6 for r in rows)
 
 
 def test_context_mixer_gives_positive_change(tmp_path):

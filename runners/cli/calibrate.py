@@ -8,9 +8,7 @@ import typer
 from rich.table import Table
 
 from . import app
-from .common import OutOpt, UsageError, console
-
-SpaceArg = Annotated[Path, typer.Argument(help="Space file (.yaml or .py), or a shipped space name.", show_default=False)]
+from .common import OutOpt, SpaceArg, UsageError, console
 
 
 def _budgets(text: str) -> tuple[float, ...]:

@@ -20,6 +20,25 @@ OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Output file or
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
 SeedsOpt = Annotated[int | None, typer.Option("--seeds", min=1, help="Seed replicates per candidate (default: the space's proxy.seeds, else 1).")]
+SpaceArg = Annotated[Path, typer.Argument(help="Space file (.yaml or .py), or a shipped space name (quickstart).", show_default=False)]
+TaskOpt = Annotated[str | None, typer.Option(
+    "--task", help="Proxy task: mqar, state_tracking, s5, lm, hop_induction, pointer_chase.", show_default=False)]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="key=value (YAML value): a trainer field (lr=1e-3, curriculum.stage_steps=200) "
+                  "or a task parameter (task.num_kv_pairs=8). Repeatable.")]
+SeqLenOpt = Annotated[int | None, typer.Option(
+    "--seq-len", help="Context length at which sequence-mixing FLOPs and memory are priced.", show_default=False)]
+TokensOpt = Annotated[float | None, typer.Option(
+    "--tokens", help="A token count (e.g. 2e5 or 52.43e9).", show_default=False)]
+
+
+def token_count(tokens: float | None) -> int | None:
+    """``--tokens`` as an int: a positive finite count, else a UsageError."""
+    if tokens is None:
+        return None
+    if not 1 <= tokens < float("inf"):
+        raise UsageError(f"--tokens must be a positive finite number (got {tokens:g})")
+    return int(tokens)
 
 
 def spec_path(spec: Path) -> Path:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 from enum import Enum
 from typing import Annotated
 
@@ -14,7 +13,16 @@ from rich.table import Table
 from nas.cost import DEFAULT_SEQ_LEN, CostSheet, Figures, cost
 
 from . import app
-from .common import JsonOpt, SpecArg, UsageError, console, load
+from .common import (
+    JsonOpt,
+    SeqLenOpt,
+    SpecArg,
+    TokensOpt,
+    UsageError,
+    console,
+    load,
+    token_count,
+)
 
 
 class Dtype(str, Enum):
@@ -22,9 +30,7 @@ class Dtype(str, Enum):
     fp32 = "fp32"
 
 
-SeqLenOpt = Annotated[int, typer.Option("--seq-len", help="Context length for sequence-mixing FLOPs and memory.")]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Bytes per cached element.")]
-TokensOpt = Annotated[float | None, typer.Option("--tokens", help="Training tokens, for training FLOPs per run (e.g. 52.43e9).", show_default=False)]
 
 
 def _si(x: float, unit: str = "") -> str:
@@ -106,7 +112,7 @@ def extras(sheet: CostSheet) -> Table:
 @app.command("cost")
 def cost_cmd(
     spec: SpecArg,
-    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,  # tokens: training tokens, for the training FLOPs of a run
     json_out: JsonOpt = False,
     dtype: DtypeOpt = Dtype.bf16,
     tokens: TokensOpt = None,
@@ -120,10 +126,9 @@ def cost_cmd(
 
     if not 1 <= seq_len <= MAX_SEQ_LEN:
         raise UsageError(f"--seq-len must be an integer in 1..{MAX_SEQ_LEN} (got {str(seq_len)[:20]})")
-    if tokens is not None and not 0 < tokens < math.inf:
-        raise UsageError(f"--tokens must be a positive finite number (got {tokens:g})")
+    tokens = token_count(tokens)
     sheet = cost(load(spec), seq_len=seq_len, dtype=dtype.value,
-                 tokens=None if tokens is None else int(tokens))
+                 tokens=tokens)
     if json_out:
         typer.echo(json.dumps(sheet.to_dict(), indent=2))
         return

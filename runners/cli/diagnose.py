@@ -7,17 +7,14 @@ from typing import Annotated
 import typer
 
 from . import app
-from .common import SeedOpt, UsageError, console
+from .common import SeedOpt, SetOpt, TaskOpt, UsageError, console
 
 RunArg = Annotated[Path, typer.Argument(help="A trainer output dir or sweep trial dir "
                                         "(checkpoint.pt + result.json), or a checkpoint file.",
                                         show_default=False)]
 DiagOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory (summary.json, *.png).")]
 SpecOpt = Annotated[Path | None, typer.Option("--spec", help="Architecture spec, when the run has none saved.")]
-TaskOpt = Annotated[str | None, typer.Option("--task", help="Task to probe on (default: the one trained on).")]
 DataOpt = Annotated[Path | None, typer.Option("--data", help="A text file, probed with the lm task.")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="task.key=value: a task parameter "
-                                                  "(with --task or --data). Repeatable.")]
 BatchesOpt = Annotated[int | None, typer.Option("--batches", help="Eval batches (default: the "
                                                 "run's own eval batches; 2 of 32 on another task).",
                                                 show_default=False)]

@@ -9,10 +9,9 @@ import typer
 from rich.table import Table
 
 from . import app
-from .common import UsageError, console
+from .common import SeqLenOpt, UsageError, console
 
 ExpArg = Annotated[Path, typer.Argument(help="Experiment directory written by `loopnas sweep`.", show_default=False)]
-SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="Price memory at this context instead of the experiment's.", show_default=False)]
 
 
 def front_table(exp) -> Table:

@@ -7,9 +7,7 @@ from typing import Annotated
 import typer
 
 from . import app
-from .common import OutOpt, SeedsOpt, UsageError, console
-
-SpaceArg = Annotated[Path, typer.Argument(help="Space file (.yaml or .py), or a shipped space name (quickstart).", show_default=False)]
+from .common import OutOpt, SeedsOpt, SpaceArg, UsageError, console
 
 
 @app.command("sweep")

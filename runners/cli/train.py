@@ -10,15 +10,21 @@ import yaml
 from rich.table import Table
 
 from . import app
-from .common import JsonOpt, OutOpt, UsageError, console, load
+from .common import (
+    JsonOpt,
+    OutOpt,
+    SeedOpt,
+    SetOpt,
+    TaskOpt,
+    TokensOpt,
+    UsageError,
+    console,
+    load,
+    token_count,
+)
 
-TaskOpt = Annotated[str, typer.Option("--task", help="Proxy task: mqar, state_tracking, s5, lm.")]
 StepsOpt = Annotated[int | None, typer.Option(
     "--steps", help="Optimizer steps (default 200 without --tokens).")]
-TokensOpt = Annotated[int | None, typer.Option("--tokens", help="Token budget instead of --steps.")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="key=value (YAML value): a trainer field (lr=1e-3, curriculum.stage_steps=200) "
-                  "or a task parameter (task.num_kv_pairs=8). Repeatable.")]
 
 
 def parse_sets(pairs: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -141,13 +147,12 @@ def train_cmd(
     spec: Annotated[Path | None, typer.Argument(
         help="Architecture spec (.yaml), or the name of a shipped one (e.g. mixerloop_15m); "
              "omit with --resume.", show_default=False)] = None,
-    task: Annotated[str | None, typer.Option("--task", help="Proxy task: mqar, state_tracking, "
-                                             "s5, lm (required unless --resume).")] = None,
+    task: TaskOpt = None,  # required unless --resume
     steps: StepsOpt = None,
     tokens: TokensOpt = None,
     out: OutOpt = None,
     as_json: JsonOpt = False,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
+    seed: SeedOpt = 0,
     sets: SetOpt = None,
     resume: Annotated[Path | None, typer.Option(
         "--resume", help="Continue the run saved in DIR (its checkpoint.pt: spec and config "
@@ -169,6 +174,7 @@ def train_cmd(
     """
     if steps is not None and tokens is not None:
         raise UsageError("give --steps or --tokens, not both")
+    tokens = token_count(tokens)
     if init_from is not None and resume is not None:
         raise UsageError("--resume continues a run with its own weights; drop --init-from")
     if resume is not None:
