@@ -399,3 +399,28 @@ def test_validate_and_cost_import_no_torch():
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == {"codes": [0, 0, 0], "heavy": []}
+
+
+@pytest.mark.parametrize("name", ["qwen3_next", "olmo_hybrid"])
+def test_imported_layout_scales_and_searches(name, tmp_path, capsys):
+    """A production layout, imported, is a space's base (its candidates stay native), and
+    --scale-to resizes it to a native scaled/ whose transformers model has the parameters
+    the export reports."""
+    _configs()[name].save_pretrained(tmp_path / "hub")
+    assert main(["import", str(tmp_path / "hub"), "--out", str(tmp_path / "base.yaml"), "--name", name]) == 0
+    (tmp_path / "space.yaml").write_text(
+        f"name: from_{name}\nbase: base.yaml\nparams:\n  vocab: {{target: model.vocab_size, choices: [64, 80]}}\n"
+        "objectives:\n  - {metric: eval_loss, direction: minimize}\nproxy: {task: mqar, steps: 2}\n"
+        "search: {sampler: grid, trials: 2}\n")
+    assert main(["validate", str(tmp_path / "space.yaml")]) == 0
+    import optuna
+    from nas.space import load_space
+
+    arch = load_space(tmp_path / "space.yaml").candidate(optuna.trial.FixedTrial({"vocab": 64}))[0]
+    assert arch.model.vocab_size == 64 and fit(arch).family == name
+    e = export_spec(tmp_path / "base.yaml", tmp_path / "out", fmt="native", scale_to=2e6)
+    scaled = transformers.AutoConfig.from_pretrained(tmp_path / "out" / "scaled")
+    assert scaled.model_type == name and e.scaled is not None
+    with torch.device("meta"):
+        assert transformers.AutoModelForCausalLM.from_config(scaled).num_parameters() == e.scaled.params
+    assert abs(e.scaled.params - 2e6) / 2e6 < 0.05

@@ -242,16 +242,19 @@ def _write_files(out: Path, arch: ArchSpec, *, loops: int | None, how: str, stat
                                           with_weights=state is not None, extra=extra_readme))
 
 
-def scale(source: ArchSpec, target: float, vary: str = "scale") -> Scaled:
+def scale(source: ArchSpec, target: float, vary: str = "scale", family: str | None = None) -> Scaled:
     """``source`` resized to ``target`` unique parameters, keeping the layer pattern and
     the loop regions (boundary, ratio, placement, schedules). ``vary``: ``scale`` grows the
     width, head counts and FFN widths together (:func:`runners.export.scale.proportional`);
-    ``width``, ``ffn_hidden``, ``num_layers``: the budget matcher varies that size alone."""
+    ``width``, ``ffn_hidden``, ``num_layers``: the budget matcher varies that size alone.
+    ``family``: a transformers-native family the resized spec must stay (``scale`` only tries
+    the widths that keep it)."""
     if target <= 0:
         raise ExportError(f"--scale-to must be positive (got {target:g})")
     if vary == "scale":
         try:
-            arch = proportional(lower(source), float(target), SCALE_TOLERANCE)
+            keep = None if family is None else (lambda a: native.fit(a).family == family)
+            arch = proportional(lower(source), float(target), SCALE_TOLERANCE, keep=keep)
         except ValueError as exc:
             raise ExportError(str(exc)) from None
     else:
@@ -265,7 +268,7 @@ def scale(source: ArchSpec, target: float, vary: str = "scale") -> Scaled:
 def _finish(out: Path, arch: ArchSpec, scale_src: ArchSpec, *, loops, how, state, seq_len,
             scale_to, vary, fmt: str = "remote") -> Export:
     chosen = native.choose_format(arch, fmt)  # a native family has no loops, so no elastic depth
-    scaled = scale(scale_src, scale_to, vary) if scale_to is not None else None
+    scaled = scale(scale_src, scale_to, vary, chosen.family) if scale_to is not None else None
     scaled_family = native.choose_format(scaled.arch, fmt).family if scaled is not None else None
     note = ""
     if scaled is not None:

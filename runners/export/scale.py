@@ -11,6 +11,8 @@ of ``nas/budget.py``, where it belongs once its owner takes it (as ``vary: scale
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from nas.budget import match_budget
 from nas.cost import unique_params
 from nas.errors import SpecError
@@ -73,16 +75,19 @@ def _grid() -> list[int]:
     return list(range(8, 1024, 8)) + list(range(1024, (1 << 18) + 1, 64))
 
 
-def proportional(arch: ArchSpec, target: float, tolerance: float) -> ArchSpec:
+def proportional(arch: ArchSpec, target: float, tolerance: float,
+                 keep: Callable[[ArchSpec], bool] | None = None) -> ArchSpec:
     """The widened ``arch`` closest to ``target`` unique parameters, landed on it by the
     budget matcher varying the FFN width when the width grid alone misses by more than
-    ``tolerance / 2`` (all FFNs then share one hidden size)."""
+    ``tolerance / 2`` (all FFNs then share one hidden size). ``keep``: only widths whose
+    spec it accepts count as valid (a native export keeps its transformers family: olmo_hybrid's
+    head_dim is hidden_size / num_heads, which a width that the head count does not divide breaks)."""
     grid, memo = _grid(), {}
 
     def at(i: int) -> tuple[int, ArchSpec] | None:
         if i not in memo:
             a = widen(arch, grid[i])
-            memo[i] = None if a is None else (unique_params(a), a)
+            memo[i] = None if a is None or (keep is not None and not keep(a)) else (unique_params(a), a)
         return memo[i]
 
     def valid(i: int, step: int) -> int | None:
@@ -106,7 +111,8 @@ def proportional(arch: ArchSpec, target: float, tolerance: float) -> ArchSpec:
     params, wide = at(min(near, key=lambda j: abs(at(j)[0] - target)))
     if abs(params - target) / target <= tolerance / 2 or not _has_ffn(wide):
         return wide
-    return match_budget(wide, MatchSpec(unique_params=float(target), vary="ffn_hidden", tolerance=tolerance))
+    matched = match_budget(wide, MatchSpec(unique_params=float(target), vary="ffn_hidden", tolerance=tolerance))
+    return matched if keep is None or keep(matched) else wide
 
 
 def _has_ffn(arch: ArchSpec) -> bool:
