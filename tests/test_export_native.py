@@ -54,13 +54,15 @@ CASES = {  # name: (family, spec text)
     "qwen3_next-gdn": ("qwen3_next", QWEN_MODEL % "true" + layers(*qwen("gg"))),
     "qwen3_next-attn": ("qwen3_next", QWEN_MODEL % "false" + layers(*qwen("aa"))),
     "qwen3_next-interleave-moe": ("qwen3_next", QWEN_MODEL % "false" + layers(*qwen("ggga", "dmmm"))),
-    "qwen3_next-bookend": ("qwen3_next", QWEN_MODEL % "true"
+    "qwen3_next-bookend": ("qwen3_next", QWEN_MODEL % "true"  # and full rotary (partial_rotary_factor 1)
                            + "num_layers: 4\nlayer: {mixer: {kind: gdn}, ffn: {kind: swiglu, hidden_size: 48}}\n"
-                           + f"hybrid: {{ratio: {{a: 1, g: 1}}, placement: bookend, mixers: {{a: {QWEN_ATTN}, g: {QWEN_GDN}}}}}\n"),
+                           + f"hybrid: {{ratio: {{a: 1, g: 1}}, placement: bookend, "
+                           + f"mixers: {{a: {QWEN_ATTN.replace('rope_dim: 4, ', '')}, g: {QWEN_GDN}}}}}\n"),
     "olmo_hybrid-interleave": ("olmo_hybrid", OLMO_MODEL % "false" + layers(*olmo("ggga"))),
     "olmo_hybrid-bookend": ("olmo_hybrid", OLMO_MODEL % "true" + layers(*olmo("agga"))),
-    "olmo_hybrid-nope": ("olmo_hybrid", OLMO_MODEL % "false"  # no rotary: rope_theta None in both
-                         + layers(*olmo("gag")).replace("qk_norm_over: heads}", "qk_norm_over: heads, rope_theta: null}")),
+    "olmo_hybrid-nope": ("olmo_hybrid", OLMO_MODEL % "false"  # no rotary (rope_theta None), beta in (0, 1)
+                         + layers(*olmo("gag")).replace("qk_norm_over: heads}", "qk_norm_over: heads, rope_theta: null}")
+                         .replace("allow_neg_eigval: true", "allow_neg_eigval: false")),
     "qwen3": ("qwen3", DENSE_MODEL % "false" + layers(*[("{kind: attn, num_heads: 4, num_kv_heads: 2, head_dim: 8, "
                                                          "qk_norm: {eps: 1.0e-6}}", SWIGLU, "pre")] * 2)),
     "llama": ("llama", DENSE_MODEL % "true" + layers(*[("{kind: attn, num_heads: 4, num_kv_heads: 1}", SWIGLU, "pre")] * 2)),
@@ -142,6 +144,9 @@ def test_layer_layouts_are_the_specs(native):
     assert types["qwen3_next-bookend"] == types["olmo_hybrid-bookend"] == [full, lin, lin, full]
     assert types["qwen3_next-gdn"] == [lin, lin] and types["qwen3_next-attn"] == [full, full]
     assert got["qwen3_next-attn"]["config"]["rope_parameters"]["partial_rotary_factor"] == 0.25
+    assert got["qwen3_next-bookend"]["config"]["rope_parameters"]["partial_rotary_factor"] == 1.0
+    assert got["olmo_hybrid-nope"]["config"]["linear_allow_neg_eigval"] is False
+    assert got["olmo_hybrid-bookend"]["config"]["linear_allow_neg_eigval"] is True
 
 
 def test_auto_says_which_and_why():
