@@ -136,7 +136,8 @@ def analyse_axis(space: Space, name: str, cands: list[tuple[dict, str, list[floa
     levels = [c for c in (space.spec.params[name].choices or ())] or sorted(
         {c[0][name] for c in cands if name in c[0]})
     axis = AxisResult(param=name, levels=list(levels))
-    skip = _dependents(space, name) | {name}
+    fixed = {p for p, spec in space.spec.params.items() if spec.choices is not None and len(spec.choices) == 1}
+    skip = _dependents(space, name) | {name} | fixed  # a one-choice parameter names no context
     contexts: dict[str, dict[str, list[float]]] = {}
     shown: dict[str, dict] = {}
     for params, _, values in cands:
@@ -276,6 +277,36 @@ def write(cal: Calibration, out: Path) -> list[Path]:
     return paths
 
 
+COLUMNS = ("parameter", "context", "levels: mean ± s.e.", "effect", "s.e.", "p", "separates")
+
+
+def rows(budget: BudgetResult) -> list[tuple[bool, tuple[str, ...]]]:
+    """The calibration table of one budget (the markdown's and the terminal's): per axis a
+    row over all contexts (``True``: the axis row), then one per context when there are
+    several, each with its levels' means ± standard errors."""
+    out = []
+    for a in budget.axes:
+        one = a.contexts[0] if len(a.contexts) == 1 else None
+        out.append((True, (a.param, "all", levels_text(one) if one else "", _f(a.effect), _f(a.se),
+                           _f(a.p_value), "yes" if a.separates else "no")))
+        for c in a.contexts if len(a.contexts) > 1 else []:
+            ctx = ", ".join(f"{k}={_label(v)}" for k, v in c.context.items()) or "—"
+            out.append((False, (a.param, ctx, levels_text(c), _f(c.effect), _f(c.se), _f(c.p_value),
+                                "yes" if c.separates else "no")))
+    return out
+
+
+def levels_text(c: ContextResult) -> str:
+    """``none 0.766 ± 0.020 · block 0.953 ± 0.011``: each level's replicate mean ± s.e."""
+    from nas.noise import mean_se
+
+    parts = []
+    for cell in c.cells:
+        m, se = mean_se(cell.values)
+        parts.append(f"{_label(cell.level)} {m:.3f}" + (f" ± {se:.3f}" if math.isfinite(se) else ""))
+    return " · ".join(parts)
+
+
 def markdown(cal: Calibration) -> str:
     lines = [f"# Calibration of `{cal.space}`", "",
              f"{cal.candidates} candidates ({cal.design}) × {cal.seeds} seeds; metric `{cal.metric}` "
@@ -284,14 +315,11 @@ def markdown(cal: Calibration) -> str:
     for b in cal.budgets:
         sd = f"{b.noise_sd:.3g}" if b.noise_sd is not None else "unknown"
         lines += [f"## Budget {b.multiple:g}× ({b.steps} steps; seed-to-seed s.d. {sd})", "",
-                  "| parameter | context | effect | s.e. | p | separates |", "|---|---|---|---|---|---|"]
-        for a in b.axes:
-            lines.append(f"| **{a.param}** | all | {_f(a.effect)} | {_f(a.se)} | {_f(a.p_value)} | "
-                         f"{'**yes**' if a.separates else 'no'} |")
-            for c in a.contexts if len(a.contexts) > 1 else []:
-                ctx = ", ".join(f"{k}={v}" for k, v in c.context.items()) or "—"
-                lines.append(f"| {a.param} | {ctx} | {_f(c.effect)} | {_f(c.se)} | {_f(c.p_value)} | "
-                             f"{'yes' if c.separates else 'no'} |")
+                  "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        for axis_row, cells in rows(b):
+            if axis_row:
+                cells = (f"**{cells[0]}**", *cells[1:-1], "**yes**" if cells[-1] == "yes" else "no")
+            lines.append("| " + " | ".join(cells) + " |")
         lines += [""] + [f"- `{a.param}`: {a.verdict}" for a in b.axes] + [""]
     for r in cal.rank_agreement:
         lines.append(f"Rank agreement {r['from']:g}× → {r['to']:g}×: Kendall τ = {_f(r['tau'])} "

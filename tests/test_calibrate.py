@@ -65,6 +65,11 @@ def test_a_planted_effect_separates_and_a_null_axis_does_not(tmp_path):
     assert not ffn.separates and ffn.p_value > 0.01 and "within seed noise" in ffn.verdict
     assert axes["T"].effect is None and axes["T"].verdict == "one level: nothing to compare"
     assert "| **boundary** | all |" in markdown(cal)
+    # each context row names its levels' means (T, one choice, is no context)
+    from nas.noise import mean_se
+    ctx = next(c for c in loop.contexts if c.context == {"ffn": 96})
+    cells = {c.level: mean_se(c.values) for c in ctx.cells}
+    assert f"| boundary | ffn=96 | none {cells['none'][0]:.3f} ± {cells['none'][1]:.3f} · block " in markdown(cal)
 
 
 def test_one_parameter_at_a_time_design_for_large_spaces(tmp_path):

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from . import app
@@ -21,26 +22,26 @@ def _budgets(text: str) -> tuple[float, ...]:
     return values
 
 
-def _num(x: float | None, digits: str = ".3g") -> str:
-    return "—" if x is None or x != x else format(x, digits)
-
-
 def print_calibration(cal) -> None:
-    table = Table(title=f"{cal.space}: can the proxy see each axis? ({cal.candidates} candidates × "
-                        f"{cal.seeds} seeds, {cal.metric})")
-    for name in ("parameter", "context", "effect", "s.e.", "p", "separates"):
-        table.add_column(name, justify="right" if name in ("effect", "s.e.", "p") else "left")
-    for a in cal.axes:
-        table.add_row(a.param, "all", _num(a.effect), _num(a.se), _num(a.p_value),
-                      "[bold green]yes[/]" if a.separates else "no")
-        for c in a.contexts if len(a.contexts) > 1 else []:
-            ctx = ", ".join(f"{k}={v}" for k, v in c.context.items())
-            table.add_row("", ctx, _num(c.effect), _num(c.se), _num(c.p_value), "yes" if c.separates else "no")
-    console.print(table)
+    from runners.calibrate import COLUMNS, rows
+
+    for budget in cal.budgets:
+        table = Table(title=f"{cal.space}: can the proxy see each axis? ({cal.candidates} candidates × "
+                            f"{cal.seeds} seeds, {cal.metric}, {budget.steps} steps)")
+        for name in COLUMNS:
+            table.add_column(name, justify="right" if name in ("effect", "s.e.", "p") else "left")
+        for axis_row, cells in rows(budget):
+            if axis_row:
+                cells = (*(escape(c) for c in cells[:-1]), "[bold green]yes[/]" if cells[-1] == "yes" else "no")
+            else:
+                cells = ("", *(escape(c) for c in cells[1:]))
+            table.add_row(*cells)
+        console.print(table)
     for a in cal.axes:
         console.print(f"{a.param}: {a.verdict}", markup=False, highlight=False)
     for r in cal.rank_agreement:
-        console.print(f"rank agreement {r['from']:g}× → {r['to']:g}×: Kendall τ = {_num(r['tau'])} "
+        tau = "—" if r["tau"] is None or r["tau"] != r["tau"] else f"{r['tau']:.3g}"
+        console.print(f"rank agreement {r['from']:g}× → {r['to']:g}×: Kendall τ = {tau} "
                       f"({r['candidates']} candidates)", highlight=False)
 
 
