@@ -353,3 +353,17 @@ def test_fla_layers_point_decoding_to_the_torch_backend():
     layer = make_fla("gdn", **CONFIGS["gdn"][0])
     with pytest.raises(NotImplementedError, match="backend='torch'"):
         layer(torch.randn(1, 3, 64), cache={})
+
+
+def test_mamba2_spec_default_chunk_lets_the_torch_scan_pick():
+    """Mamba2Spec's chunk_size default (fla's 256) builds a torch layer that picks its chunk
+    from T (chunk_size=None); any other value is kept; fla's layer keeps the spec's value."""
+    from builders.ops_registry import _MAMBA2_CHUNK_DEFAULT
+    from builders.registry import BuildCtx, build_op
+    from nas.spec import Mamba2Spec
+
+    spec = {"head_dim": 8, "state_size": 8}
+    assert build_op(Mamba2Spec(**spec), BuildCtx(width=16)).chunk_size is None
+    assert build_op(Mamba2Spec(**spec, chunk_size=32), BuildCtx(width=16)).chunk_size == 32
+    fla = build_op(Mamba2Spec(**spec), BuildCtx(width=16, backend="fla"))
+    assert fla.chunk_size == _MAMBA2_CHUNK_DEFAULT

@@ -7,6 +7,7 @@ rel.), which covers the different summation orders over up to 100 tokens.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import pytest
@@ -14,11 +15,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from builders.ops import conv as conv_ops
 from builders.ops.conv import causal_conv1d
 from builders.ops.linear import (
+    CPU_MAX_CHUNK,
+    CPU_ONE_CHUNK_MAX_T,
+    CPU_RECURRENT_MAX_T,
+    MAX_CHUNK,
     chunk_delta_rule,
     chunk_gated_delta_rule,
     chunk_kda,
+    chunk_size_for,
     chunk_ssd,
     recurrent_delta_rule_ref,
     recurrent_gated_delta_rule_ref,
@@ -292,3 +299,87 @@ def test_low_precision_inputs_keep_dtype_and_compute_in_f32():
     ssd = {n: x.detach().bfloat16() for n, x in _ssd_inputs(1, 20, 2, 8, 4, torch.float32).items()}
     y, h = chunk_ssd(**ssd, output_final_state=True)
     assert y.dtype == torch.bfloat16 and h.dtype == torch.float32
+
+
+# -- the chunk-size rule (chunk_size=None) and the CPU conv ------------------------------------
+
+RULE_TS = [1, 2, 3, 8, 17, 64, 100]
+
+
+@pytest.mark.parametrize("T", RULE_TS + [32, 33, 48, 512], ids=lambda t: f"T{t}")
+def test_chunk_size_rule_pads_under_one_token_per_chunk(T):
+    for device, per_channel in itertools.product(("cpu", "cuda"), (False, True)):
+        C = chunk_size_for(T, device, per_channel)
+        if device == "cpu" and T <= CPU_RECURRENT_MAX_T:
+            assert C == 0
+            continue
+        if device == "cpu" and not per_channel and T <= CPU_ONE_CHUNK_MAX_T:
+            assert C == T
+            continue
+        largest = CPU_MAX_CHUNK if device == "cpu" else MAX_CHUNK
+        n = -(-T // C)
+        assert 0 < C <= largest and n == -(-T // largest) and n * C - T < n
+
+
+def _rule_cases():
+    """Every chunked op on (T, h0, final state): a state in and out, or neither (the zero-state skips)."""
+    for T in RULE_TS:
+        for h0, final in ((True, True), (False, False), (False, True)):
+            yield pytest.param(T, h0, final, id=f"T{T}-{'h0' if h0 else 'no_h0'}-{'S' if final else 'no_S'}")
+
+
+@pytest.mark.parametrize("T,h0,final", list(_rule_cases()))
+@pytest.mark.parametrize("op", ["gdn", "delta_rule", "kda", "ssd"])
+def test_rule_chunk_size_matches_recurrence_f64(op, T, h0, final):
+    """chunk_size=None (chunk_size_for(T), or the token recurrence where it picks 0) equals the
+    token-by-token reference, forward and every gradient, at every T the rule treats differently."""
+    if op == "ssd":
+        inputs = _ssd_inputs(2, T, 2, 8, 4, torch.float64, seed=T, h0=h0)
+        chunk_fn, ref_fn = chunk_ssd, recurrent_ssd_ref
+    else:
+        inputs = _delta_inputs(2, T, 2, 8, torch.float64, seed=T, per_channel=op == "kda", h0=h0)
+        if op == "delta_rule":
+            inputs = _drop(inputs, "g")
+        chunk_fn, ref_fn = {"gdn": (chunk_gated_delta_rule, recurrent_gated_delta_rule_ref),
+                            "delta_rule": (chunk_delta_rule, recurrent_delta_rule_ref),
+                            "kda": (chunk_kda, recurrent_kda_ref)}[op]
+    got = _fwd_bwd(chunk_fn, inputs, chunk_size=None, output_final_state=final)
+    want = _fwd_bwd(ref_fn, inputs, output_final_state=final)
+    assert (got[1] is None) == (not final)
+    _assert_all_close(got, want, F64)
+
+
+def _conv1d_ref(x, w, bias, activation):
+    """F.conv1d, depthwise, causal: the formula the CPU's shifted sums replace."""
+    W = w.shape[-1]
+    y = F.conv1d(F.pad(x.transpose(1, 2), (W - 1, 0)), w.reshape(w.shape[0], 1, W), bias, groups=w.shape[0])
+    y = y.transpose(1, 2)
+    return y if activation is None else F.silu(y)
+
+
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("activation", [None, "silu"])
+@pytest.mark.parametrize("T,W", [(1, 4), (3, 4), (37, 4), (10, 2), (9, 1)], ids=lambda v: str(v))
+def test_shifted_conv_matches_conv1d_f32(T, W, activation, bias, strided, monkeypatch):
+    """The CPU path (_ShiftedConv: W shifted multiply-adds with its own backward) against
+    F.conv1d in float32: the output and the gradients of the input, the weight and the bias.
+    ``strided``: the input is a column slice of a wider tensor, as the fused q/k/v projection
+    hands it over."""
+    calls = []
+    apply = conv_ops._ShiftedConv.apply
+    monkeypatch.setattr(conv_ops._ShiftedConv, "apply", lambda *a: calls.append(1) or apply(*a))
+    gen = torch.Generator().manual_seed(T * 10 + W)
+    D = 12
+    src = torch.randn(2, T, 2 * D if strided else D, generator=gen).requires_grad_()
+    x = src[..., 3:3 + D] if strided else src
+    w = torch.randn(D, 1, W, generator=gen).requires_grad_()
+    b = torch.randn(D, generator=gen).requires_grad_() if bias else None
+    leaves = [t for t in (src, w, b) if t is not None]
+    want = _conv1d_ref(x, w, b, activation)
+    got = causal_conv1d(x, w, b, activation)
+    assert calls, "the CPU path should run _ShiftedConv"
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    for a, e in zip(torch.autograd.grad(_loss(got, None), leaves), torch.autograd.grad(_loss(want, None), leaves),
+                    strict=True):
+        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-5)

@@ -129,6 +129,13 @@ def _check_value_heads(head_dim: int, expand_v: float, num_heads: int, num_v_hea
         raise ValueError(f"num_v_heads={num_v_heads} must be a multiple of num_heads={num_heads}")
 
 
+def _cat_bias(projs: tuple[nn.Linear, ...]) -> torch.Tensor | None:
+    """The biases of ``projs`` stacked as one projection's (zeros for those without one)."""
+    if all(p.bias is None for p in projs):
+        return None
+    return torch.cat([p.weight.new_zeros(p.out_features) if p.bias is None else p.bias for p in projs])
+
+
 class _ConvQKV(nn.Module):
     """q/k/v projections followed by fla's short convolutions (or a plain SiLU without them)."""
 
@@ -137,23 +144,38 @@ class _ConvQKV(nn.Module):
         self.k_conv1d = ShortConv(self.key_dim, conv_size, conv_bias, qk_activation)
         self.v_conv1d = ShortConv(self.value_dim, conv_size, conv_bias, "silu")
 
-    def _qkv(self, x: torch.Tensor, qk_silu: bool = True, cache: dict | None = None,
-             commit: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(B, T, D) -> q, k (B, T, H, K) and v (B, T, HV, V)."""
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        if self.use_short_conv:
+    def _qkv(self, x: torch.Tensor, qk_silu: bool = True, cache: dict | None = None, commit: bool = True,
+             extra: tuple[nn.Linear, ...] = ()) -> tuple[torch.Tensor, ...]:
+        """(B, T, D) -> q, k (B, T, H, K), v (B, T, HV, V), then the projections ``extra`` of x.
+
+        Every projection of x runs as one matmul and, without a cache, the three short convs
+        as one (the same parameters concatenated): on a CPU the small ops' overhead, not
+        their FLOPs, is what a proxy step spends."""
+        projs = (self.q_proj, self.k_proj, self.v_proj, *extra)
+        qkv_dim = 2 * self.key_dim + self.value_dim
+        y = F.linear(x, torch.cat([p.weight for p in projs]), _cat_bias(projs)) if len(projs) > 1 else self.q_proj(x)
+        qkv, rest = y[..., :qkv_dim], y[..., qkv_dim:].split([p.out_features for p in extra], -1)
+        convs = (self.q_conv1d, self.k_conv1d, self.v_conv1d) if self.use_short_conv else ()
+        fused = bool(convs) and cache is None and len({c.activation for c in convs}) == 1
+        if fused:
+            bias = torch.cat([c.bias for c in convs]) if self.conv_bias else None
+            qkv = causal_conv1d(qkv, torch.cat([c.weight for c in convs]), bias, convs[0].activation)
+        q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], -1)
+        if convs and not fused:  # one conv per stream, each with its cache entry
             q = self.q_conv1d(q, cache, "state.conv_q", commit)
             k = self.k_conv1d(k, cache, "state.conv_k", commit)
             v = self.v_conv1d(v, cache, "state.conv_v", commit)
-        else:
+        elif not convs:
             q, k, v = (F.silu(q), F.silu(k), F.silu(v)) if qk_silu else (q, k, F.silu(v))
         q, k = q.unflatten(-1, (-1, self.head_k_dim)), k.unflatten(-1, (-1, self.head_k_dim))
-        return q, k, v.unflatten(-1, (-1, self.head_v_dim))
+        return (q, k, v.unflatten(-1, (-1, self.head_v_dim)), *rest)
 
-    def _out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Per-head output norm (gated by g_proj(x) when present), then o_proj: (B, T, HV, V) -> (B, T, D)."""
+    def _out(self, o: torch.Tensor, x: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-head output norm (gated by ``gate``, g_proj(x) when not given, when present),
+        then o_proj: (B, T, HV, V) -> (B, T, D)."""
         if isinstance(self.o_norm, GatedRMSNorm):
-            o = self.o_norm(o, self.g_proj(x).unflatten(-1, (-1, self.head_v_dim)))
+            gate = self.g_proj(x) if gate is None else gate
+            o = self.o_norm(o, gate.unflatten(-1, (-1, self.head_v_dim)))
         else:
             o = self.o_norm(o)
         return self.o_proj(o.flatten(-2))
@@ -218,12 +240,13 @@ class GatedDeltaNetTorch(_ConvQKV):
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, cache: dict | None = None, commit: bool = True) -> torch.Tensor:  # (B, T, D)
-        q, k, v = self._qkv(x, cache=cache, commit=commit)
-        beta = _beta(self.b_proj(x), self.allow_neg_eigval)  # (B, T, HV)
-        g = -self.A_log.exp() * F.softplus(_upcast(self.a_proj(x)) + self.dt_bias)  # (B, T, HV)
+        gate = (self.g_proj,) if self.use_gate else ()
+        q, k, v, a, b, *gate = self._qkv(x, cache=cache, commit=commit, extra=(self.a_proj, self.b_proj, *gate))
+        beta = _beta(b, self.allow_neg_eigval)  # (B, T, HV)
+        g = -self.A_log.exp() * F.softplus(_upcast(a) + self.dt_bias)  # (B, T, HV)
         o = _scan(chunk_gated_delta_rule, recurrent_gated_delta_rule_ref, cache, commit, q, k, v, g, beta,
                   use_qk_l2norm_in_kernel=True)
-        return self._out(o, x)
+        return self._out(o, x, *gate)
 
 
 class DeltaNetTorch(_ConvQKV):
@@ -286,13 +309,14 @@ class DeltaNetTorch(_ConvQKV):
         return x
 
     def forward(self, x: torch.Tensor, cache: dict | None = None, commit: bool = True) -> torch.Tensor:  # (B, T, D)
-        q, k, v = self._qkv(x, qk_silu=self.qk_activation == "silu", cache=cache, commit=commit)
+        extra = ((self.b_proj,) if self.use_beta else ()) + ((self.g_proj,) if self.use_gate else ())
+        q, k, v, *rest = self._qkv(x, qk_silu=self.qk_activation == "silu", cache=cache, commit=commit, extra=extra)
         q, k = self._feature_map(q), self._feature_map(k)
-        beta = self.b_proj(x).sigmoid() if self.use_beta else q.new_ones(q.shape[:-1])  # (B, T, H)
+        beta = rest.pop(0).sigmoid() if self.use_beta else q.new_ones(q.shape[:-1])  # (B, T, H)
         beta = beta * 2.0 if self.allow_neg_eigval else beta
         o = _scan(chunk_delta_rule, recurrent_delta_rule_ref, cache, commit, q, k, v, beta,
                   use_qk_l2norm_in_kernel=self.qk_norm == "l2")
-        return self._out(o, x)
+        return self._out(o, x, *rest)
 
 
 class KimiDeltaAttentionTorch(_ConvQKV):
@@ -359,11 +383,12 @@ class KimiDeltaAttentionTorch(_ConvQKV):
         return -A * F.softplus(f)
 
     def forward(self, x: torch.Tensor, cache: dict | None = None, commit: bool = True) -> torch.Tensor:  # (B, T, D)
-        q, k, v = self._qkv(x, cache=cache, commit=commit)
-        g = self._decay(self.f_proj(x).unflatten(-1, (-1, self.head_k_dim)))
-        beta = _beta(self.b_proj(x), self.allow_neg_eigval)  # (B, T, HV)
+        extra = (self.f_proj[0], self.b_proj, self.g_proj[0])  # the low-rank gates' first halves read x
+        q, k, v, f, b, gate = self._qkv(x, cache=cache, commit=commit, extra=extra)
+        g = self._decay(self.f_proj[1](f).unflatten(-1, (-1, self.head_k_dim)))
+        beta = _beta(b, self.allow_neg_eigval)  # (B, T, HV)
         o = _scan(chunk_kda, recurrent_kda_ref, cache, commit, q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
-        return self._out(o, x)
+        return self._out(o, x, self.g_proj[1](gate))
 
 
 class Mamba2Torch(nn.Module):
@@ -372,6 +397,9 @@ class Mamba2Torch(nn.Module):
     Like that path, head ``h`` reads B/C group ``h % n_groups`` (fla tiles groups with ``repeat``;
     mamba_ssm's CUDA kernel uses ``h // (num_heads / n_groups)``). The two agree for
     ``n_groups`` in ``{1, num_heads}``.
+
+    ``chunk_size=None`` (the default) lets the scan pick its chunk from T
+    (:func:`builders.ops.linear.chunk_size_for`); fla's layer takes 256.
     """
 
     def __init__(
@@ -396,7 +424,7 @@ class Mamba2Torch(nn.Module):
         dt_limit: tuple[float, float] = (0.0, float("inf")),
         use_bias: bool = False,
         norm_eps: float = 1e-5,
-        chunk_size: int = 256,
+        chunk_size: int | None = None,
         layer_idx: int | None = None,
         backend: str = "cuda",
     ):

@@ -20,13 +20,35 @@ is taken of a non-positive number (masked entries become ``-inf``), so strong de
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 import torch.nn.functional as F
 
 from builders.ops.norm import l2_norm
 
-_SUB_CHUNK = 16
+_SUB_CHUNK = 4  # at least; about sqrt(C), which minimises (C/s + s)
+
+
+# Measured by benchmarks/bench_chunk_size.py (results/bench_chunk_size.md), float32, one thread:
+CPU_MAX_CHUNK = 16  # on CPU a split sequence's chunks hold at most this many tokens
+CPU_ONE_CHUNK_MAX_T = 32  # scalar decays: up to this many tokens run as one chunk (no state hand-off)
+CPU_RECURRENT_MAX_T = 2  # up to this many tokens the token recurrence is faster on CPU
+MAX_CHUNK = 64  # elsewhere (the torch backend on a GPU)
+
+
+def chunk_size_for(T: int, device_type: str = "cpu", per_channel: bool = False) -> int:
+    """The chunk size of a ``T``-token sequence when an op is given ``chunk_size=None``; 0: the
+    token recurrence. The fewest chunks of at most the largest size, split evenly, so padding
+    is under one token per chunk; on CPU a scalar-decay op (``per_channel=False``: GDN, the
+    delta rule, SSD) takes a sequence of up to ``CPU_ONE_CHUNK_MAX_T`` tokens as one chunk,
+    a per-channel one (KDA, whose Gram matrices cost ``C/s + s`` per entry) does not."""
+    if device_type == "cpu" and T <= CPU_RECURRENT_MAX_T:
+        return 0
+    if device_type == "cpu" and not per_channel and T <= CPU_ONE_CHUNK_MAX_T:
+        return T
+    largest = CPU_MAX_CHUNK if device_type == "cpu" else MAX_CHUNK
+    return -(-T // -(-T // largest))  # ceil(T / the number of chunks)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -34,10 +56,12 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 def _to_chunks(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """(B, T, H, ...) -> (B, H, N, C, ...), zero-padding T up to a multiple of C."""
+    """(B, T, H, ...) -> (B, H, N, C, ...) contiguous, zero-padding T up to a multiple of C."""
     pad = -x.shape[1] % chunk_size
-    x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, pad))
-    return x.unflatten(1, (-1, chunk_size)).movedim(3, 1)
+    if pad:
+        x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, pad))
+    # one copy here, so that no matmul downstream copies its permuted operands again
+    return x.unflatten(1, (-1, chunk_size)).movedim(3, 1).contiguous()
 
 
 def _from_chunks(x: torch.Tensor, T: int) -> torch.Tensor:
@@ -62,10 +86,11 @@ def _channel_decayed_grams(G: torch.Tensor, b: torch.Tensor, *a_list: torch.Tens
 
     ``exp(G_i - G_j) = exp(G_i - G_r) exp(G_r - G_j)`` with ``r`` the start of i's sub-chunk
     keeps both factors <= 1 for every earlier sub-chunk; pairs inside one sub-chunk are
-    decayed explicitly. Memory is ``(C/s + s) * K`` per row instead of ``C * K``.
+    decayed explicitly. Memory and work are ``(C/s + s) * K`` per row instead of ``C * K``,
+    least at ``s ≈ sqrt(C)`` (measured on CPU: ``s = 4`` at ``C = 16`` is 2× faster than 16).
     """
     C = G.shape[-2]
-    s = next(d for d in range(min(_SUB_CHUNK, C), 0, -1) if C % d == 0)
+    s = next(d for d in range(min(max(_SUB_CHUNK, math.isqrt(C)), C), 0, -1) if C % d == 0)
     ns = C // s
     b_s, G_s = b.unflatten(-2, (ns, s)), G.unflatten(-2, (ns, s))  # (..., ns, s, K)
     G_ref = G_s[..., :1, :]  # (..., ns, 1, K)
@@ -95,32 +120,49 @@ def _decayed_grams(G: torch.Tensor, b: torch.Tensor, *a_list: torch.Tensor) -> l
 
 def _chunk_scan(
     A_qk: torch.Tensor,
-    q_in: torch.Tensor,
-    k_out: torch.Tensor,
-    decay_out: torch.Tensor,
+    q_in: torch.Tensor | None,
+    k_out: torch.Tensor | None,
+    decay_out: torch.Tensor | None,
     U: torch.Tensor,
     W: torch.Tensor | None,
-    S: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    S: torch.Tensor | None,
+    final_state: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Sequential state hand-off over chunks; everything else arrives precomputed.
 
     A_qk (B, H, N, C, C); q_in, W, k_out (B, H, N, C, K); U (B, H, N, C, V);
     decay_out (B, H, N, K|1, 1); S (B, H, K, V). Chunk values are ``u = U - W S``.
+    ``S=None`` is a zero start state: its products are skipped, so the first chunk reads no
+    ``q_in``/``W``; the state after the last chunk is built only for ``final_state``. With
+    one chunk from a zero state and no final state, ``q_in``, ``k_out``, ``decay_out`` and
+    ``W`` are never read (None).
     """
+    N = U.shape[2]
+    if N == 1 and S is None and not final_state:
+        return A_qk @ U, None
     outs = []
-    ws = itertools.repeat(None) if W is None else W.unbind(2)
     # unbind, not indexing: its backward is one stack instead of a zero-filled copy per chunk.
-    for a, q, k, d, u, w in zip(*(t.unbind(2) for t in (A_qk, q_in, k_out, decay_out, U)), ws):
-        u = u if w is None else u - w @ S  # (B, H, C, V)
-        outs.append(q @ S + a @ u)
-        S = d * S + k.mT @ u
-    return torch.stack(outs, dim=2), S
+    per_chunk = (itertools.repeat(None) if t is None else t.unbind(2) for t in (A_qk, q_in, k_out, decay_out, U, W))
+    for i, (a, q, k, d, u, w) in enumerate(zip(*per_chunk)):
+        if S is None:
+            outs.append(a @ u)
+        else:
+            u = u if w is None else u - w @ S  # (B, H, C, V)
+            outs.append(q @ S + a @ u)
+        if i < N - 1 or final_state:
+            S = k.mT @ u if S is None else d * S + k.mT @ u
+    return torch.stack(outs, dim=2), S if final_state else None
 
 
 def _initial_state(initial_state: torch.Tensor | None, shape: tuple, like: torch.Tensor) -> torch.Tensor:
     if initial_state is None:
         return like.new_zeros(shape)
     return initial_state.to(like.dtype)
+
+
+def _start_state(initial_state: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
+    """The chunked forms' start state in the compute dtype; None (zero) stays None, see _chunk_scan."""
+    return None if initial_state is None else initial_state.to(like.dtype)
 
 
 def _prepare_qk(q, k, HV, use_qk_l2norm):
@@ -130,12 +172,18 @@ def _prepare_qk(q, k, HV, use_qk_l2norm):
     if use_qk_l2norm:
         q, k = l2_norm(q), l2_norm(k)
     group = HV // q.shape[2]
+    if group == 1:
+        return q, k
     return q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
 
 
 def _chunk_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm, chunk_size):
     """Shared chunked delta rule; g: (B, T, HV, 1) scalar or (B, T, HV, K) per-channel log decay."""
-    B, T, HV, V = v.shape
+    _, T, HV, V = v.shape
+    if chunk_size is None:
+        chunk_size = chunk_size_for(T, v.device.type, per_channel=g.shape[-1] > 1)
+    if chunk_size == 0:
+        return _recurrent_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm)
     K = q.shape[-1]
     scale = K**-0.5 if scale is None else scale
     out_dtype, dtype = v.dtype, _compute_dtype(v)
@@ -145,13 +193,18 @@ def _chunk_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use
     G = g.cumsum(-2)  # (B, HV, N, C, K|1)
     G_end = G[..., -1:, :]  # (B, HV, N, 1, K|1)
     qk, kk = _decayed_grams(G, k, q, k)  # (B, HV, N, C, C)
-    A_kk = b * kk.tril(-1)
+    A_kk = b * kk  # its diagonal and upper part are never read: the solve below is unitriangular
+    S0 = _start_state(initial_state, v)
+    carries = S0 is not None or q.shape[2] > 1  # some chunk starts from a state: W and q_in are read
+    keeps = carries or output_final_state  # some chunk hands a state on: k_out and decay_out are read
     # unitriangular=True reads only the strict lower part: this solves (I + A_kk) X = rhs.
-    UW = torch.linalg.solve_triangular(A_kk, torch.cat([b * v, b * G.exp() * k], -1), upper=False, unitriangular=True)
-    U, W = UW.split([V, K], dim=-1)
-    S0 = _initial_state(initial_state, (B, HV, K, V), v)
-    o, S = _chunk_scan(scale * qk, scale * q * G.exp(), k * (G_end - G).exp(), G_end.exp().mT, U, W, S0)
-    return _from_chunks(o, T).to(out_dtype), S if output_final_state else None
+    rhs = torch.cat([b * v, b * G.exp() * k], -1) if carries else b * v
+    UW = torch.linalg.solve_triangular(A_kk, rhs, upper=False, unitriangular=True)
+    U, W = UW.split([V, K], dim=-1) if carries else (UW, None)
+    q_in = scale * q * G.exp() if carries else None
+    k_out, decay_out = (k * (G_end - G).exp(), G_end.exp().mT) if keeps else (None, None)
+    o, S = _chunk_scan(scale * qk, q_in, k_out, decay_out, U, W, S0, output_final_state)
+    return _from_chunks(o, T).to(out_dtype), S
 
 
 def chunk_gated_delta_rule(
@@ -164,7 +217,7 @@ def chunk_gated_delta_rule(
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = False,
     use_qk_l2norm_in_kernel: bool = False,
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Gated delta rule (fla's ``chunk_gated_delta_rule``), chunked.
 
@@ -173,6 +226,8 @@ def chunk_gated_delta_rule(
         g: ``(B, T, HV)`` log decay (<= 0); beta: ``(B, T, HV)``.
         scale: defaults to ``K ** -0.5``.
         initial_state: ``(B, HV, K, V)``.
+        chunk_size: tokens per chunk; ``None``: :func:`chunk_size_for` of T, the device and
+            the decay's kind; ``0``: the token recurrence.
 
     Returns:
         ``o (B, T, HV, V)`` in v's dtype and the final ``(B, HV, K, V)`` state (float32 or
@@ -192,7 +247,7 @@ def chunk_delta_rule(
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = False,
     use_qk_l2norm_in_kernel: bool = False,
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Delta rule (fla's ``chunk_delta_rule``): the gated delta rule with ``g = 0``."""
     g = beta.new_zeros(*beta.shape, 1)
@@ -209,7 +264,7 @@ def chunk_kda(
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = False,
     use_qk_l2norm_in_kernel: bool = False,
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Kimi delta attention (fla's ``chunk_kda``): the delta rule with a per-key-channel decay.
 
@@ -230,7 +285,7 @@ def chunk_ssd(
     B: torch.Tensor,
     C: torch.Tensor,
     D: torch.Tensor | None = None,
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -243,11 +298,15 @@ def chunk_ssd(
         B, C: ``(B, T, H, N)``, already expanded from groups to heads.
         D: ``(H,)`` or ``(H, P)`` skip weight, or ``None``.
         initial_state: ``(B, H, P, N)``.
+        chunk_size: as ``chunk_gated_delta_rule``'s.
 
     Returns:
         ``y (B, T, H, P)`` in x's dtype and the final ``(B, H, P, N)`` state if asked.
     """
-    batch, T, H, P = x.shape
+    T = x.shape[1]
+    chunk_size = chunk_size_for(T, x.device.type) if chunk_size is None else chunk_size
+    if chunk_size == 0:
+        return recurrent_ssd_ref(x, dt, A, B, C, D, initial_state, output_final_state)
     dtype = _compute_dtype(x)
     g = dt.to(dtype) * A.to(dtype)  # (B, T, H)
     v = x.to(dtype) * dt.to(dtype)[..., None]
@@ -255,8 +314,12 @@ def chunk_ssd(
     G = g.cumsum(-2)  # (B, H, N, C, 1)
     G_end = G[..., -1:, :]
     (A_qk,) = _scalar_decayed_grams(G, k, q)
-    S0 = _initial_state(initial_state, (batch, H, P, B.shape[-1]), v).mT  # (B, H, N_state, P)
-    y, S = _chunk_scan(A_qk, q * G.exp(), k * (G_end - G).exp(), G_end.exp().mT, v, None, S0)
+    S0 = _start_state(initial_state, v)
+    S0 = None if S0 is None else S0.mT  # (B, H, N_state, P)
+    carries = S0 is not None or q.shape[2] > 1
+    keeps = carries or output_final_state
+    y, S = _chunk_scan(A_qk, q * G.exp() if carries else None, k * (G_end - G).exp() if keeps else None,
+                       G_end.exp().mT if keeps else None, v, None, S0, output_final_state)
     y = _from_chunks(y, T)
     if D is not None:
         y = y + x.to(dtype) * _skip_weight(D, dtype)
