@@ -86,11 +86,16 @@ def checkpoint(arch, path: Path, seed: int) -> Path:
     return path
 
 
-def loopnas_logits(arch, ckpt: Path, ids: torch.Tensor) -> torch.Tensor:
+def loopnas_logits(arch, ckpt: Path, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loopnas model's logits on ``ids``, and its greedy continuation of ``ids[:1, :4]``
+    by 3 tokens (full forwards, no cache: what transformers' cached generate must match)."""
     model = build_model(arch, backend="torch").eval()
     model.load_state_dict(torch.load(ckpt, weights_only=True)["model"])
     with torch.no_grad():
-        return model(ids).logits
+        seq = ids[:1, :4]
+        for _ in range(3):
+            seq = torch.cat([seq, model(seq).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        return model(ids).logits, seq
 
 
 @pytest.fixture(scope="module")
@@ -99,14 +104,14 @@ def native(tmp_path_factory):
     work = tmp_path_factory.mktemp("native")
     ids = torch.randint(0, 96, (2, 21), generator=torch.Generator().manual_seed(0))
     torch.save(ids, work / "ids.pt")
-    exports, expected = {}, {}
+    exports, expected, greedy = {}, {}, {}
     for i, (name, (family, text)) in enumerate(CASES.items()):
         spec = work / f"{name.replace('-', '_')}.yaml"
         spec.write_text(f"name: {spec.stem}\n" + text)
         arch = load_arch(spec)
         ckpt = checkpoint(arch, work / f"{spec.stem}.pt", seed=i)
         exports[name] = export_spec(spec, work / name, checkpoint=ckpt, fmt="native")
-        expected[name] = loopnas_logits(arch, ckpt, ids)
+        expected[name], greedy[name] = loopnas_logits(arch, ckpt, ids)
     job = {"ids": str(work / "ids.pt"), "dirs": {n: str(e.out) for n, e in exports.items()}}
     (work / "job.json").write_text(json.dumps(job))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HF_"))}
@@ -114,12 +119,12 @@ def native(tmp_path_factory):
     proc = subprocess.run([sys.executable, str(LOADER), str(work / "job.json"), str(work / "out.pt")],
                           cwd=LOADER.parent, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return exports, expected, torch.load(work / "out.pt", weights_only=False)
+    return exports, expected, torch.load(work / "out.pt", weights_only=False), greedy
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_native_model_equals_loopnas(native, name):
-    exports, expected, got = native
+    exports, expected, got, _ = native
     family, e = CASES[name][0], exports[name]
     assert e.family == family and "exactly transformers'" in e.why
     measured = got[name]
@@ -131,13 +136,36 @@ def test_native_model_equals_loopnas(native, name):
     assert not any(p.suffix == ".py" for p in e.out.iterdir())  # no code to trust
 
 
+@pytest.mark.parametrize("name", CASES)
+def test_native_generate_equals_loopnas_greedy(native, name):
+    """transformers' generate (its cache: KV for attention, conv and recurrent state for the
+    GDN) continues greedily as loopnas's full forwards do; a GDN-only qwen3_next cannot
+    generate in this transformers (its hybrid cache needs an attention layer), and says so."""
+    _, _, got, greedy = native
+    out = got[name]["generate"]
+    if name == "qwen3_next-gdn" and isinstance(out, str):  # why --format auto keeps remote code for it
+        assert "Attention layers" in out, out
+        return
+    assert isinstance(out, torch.Tensor), out
+    assert torch.equal(out, greedy[name])
+
+
+def test_readme_names_the_caveat(native):
+    """The GDN-only qwen3_next export's README says it cannot generate; the others do not."""
+    exports = native[0]
+    for name, e in exports.items():
+        text = (e.out / "README.md").read_text()
+        assert ("cannot generate()" in text) == (name == "qwen3_next-gdn"), name
+        assert "trust_remote_code" not in text or "No remote code" in text
+
+
 def test_loaded_without_loopnas_or_fla(native):
     assert native[2]["imported"] == []
 
 
 def test_layer_layouts_are_the_specs(native):
     """bookend puts attention first and last; the configs say so."""
-    exports, _, got = native
+    exports, _, got, _ = native
     types = {n: got[n]["config"].get("layer_types") for n in ("qwen3_next-bookend", "olmo_hybrid-bookend",
                                                              "qwen3_next-gdn", "qwen3_next-attn")}
     full, lin = "full_attention", "linear_attention"
@@ -152,7 +180,13 @@ def test_layer_layouts_are_the_specs(native):
 def test_auto_says_which_and_why():
     for name, (family, text) in CASES.items():
         chosen = choose_format(loads_arch(text), "auto")
-        assert chosen.family == family, name
+        if name == "qwen3_next-gdn":  # exact, but transformers' cache cannot generate without attention
+            assert chosen.family is None and "exactly qwen3_next" in chosen.why and "generate" in chosen.why
+            native = choose_format(loads_arch(text), "native")
+            assert native.family == family and "generate" in native.why
+        else:
+            assert chosen.family == family, name
+            assert "generate" not in chosen.why
     looped = load_arch(ROOT / "spaces" / "archs" / "tiny_lt2_interleave.yaml")
     chosen = choose_format(looped, "auto")
     assert chosen.family is None and "remote code" in chosen.why and "loops[0]" in chosen.why
@@ -204,7 +238,7 @@ def test_format_native_refuses_in_one_line(name, field, tmp_path, capsys):
 
 def test_cli_auto_prints_the_format(tmp_path, capsys):
     spec = tmp_path / "q.yaml"
-    spec.write_text("name: q\n" + CASES["qwen3_next-gdn"][1])
+    spec.write_text("name: q\n" + CASES["qwen3_next-interleave-moe"][1])
     assert main(["export", str(spec), "--format", "auto", "--out", str(tmp_path / "q")]) == 0
     out = capsys.readouterr().out
     assert "format: native qwen3_next" in out

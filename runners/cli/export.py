@@ -48,7 +48,8 @@ WeightsOpt = Annotated[bool, typer.Option("--with-weights", help="Include the tr
 FormatOpt = Annotated[Format, typer.Option(
     "--format", help="remote: transformers remote code (any spec); native: a transformers family (qwen3_next, "
                      "olmo_hybrid, qwen3, llama) with converted weights, loaded without remote code; auto: native "
-                     "where the spec is exactly such a family, remote code otherwise.")]
+                     "where the spec is exactly such a family and transformers can generate with it, remote code "
+                     "otherwise (it prints which and why).")]
 CkptOpt = Annotated[Path | None, typer.Option(
     "--checkpoint", help="A trainer checkpoint of the spec whose weights to include (specs).", show_default=False)]
 

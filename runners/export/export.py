@@ -221,6 +221,8 @@ def _write_native(out: Path, arch: ArchSpec, family: str, *, how: str, state: di
     (out / "spec.yaml").write_text(dump_yaml(arch))
     sheet = cost(arch, seq_len=seq_len)
     (out / "cost.json").write_text(json.dumps(sheet.to_dict(), indent=2) + "\n")
+    caveat = getattr(native.FAMILIES[family], "caveat", lambda a: None)(arch)
+    extra_readme = (extra_readme + f"\n\nNote: {caveat}.").strip() if caveat else extra_readme
     (out / "README.md").write_text(native_readme(arch, sheet, family=family, how=how, with_weights=state is not None,
                                                  architecture=native.FAMILIES[family].ARCHITECTURE,
                                                  extra=extra_readme))

@@ -64,7 +64,9 @@ class Format:
 def choose_format(arch: ArchSpec, fmt: str) -> Format:
     """``remote``: transformers remote code (any spec); ``native``: the family ``arch`` is
     exactly, else an :class:`~runners.export.pick.ExportError` naming the first field that
-    stops each family; ``auto``: native where exact, remote code otherwise."""
+    stops each family; ``auto``: native where exact and transformers can serve it (a family's
+    ``caveat``, such as a GDN-only qwen3_next that cannot generate, keeps remote code), remote
+    code otherwise."""
     from ..pick import ExportError
 
     if fmt not in FORMATS:
@@ -73,9 +75,14 @@ def choose_format(arch: ArchSpec, fmt: str) -> Format:
         return Format(None, "remote code (--format remote): loads with trust_remote_code=True")
     found = fit(arch)
     if found.family is not None:
-        cls = FAMILIES[found.family].ARCHITECTURE
+        module = FAMILIES[found.family]
+        cls, caveat = module.ARCHITECTURE, getattr(module, "caveat", lambda a: None)(arch)
+        if caveat is not None and fmt == "auto":  # exact, but not fit to serve: remote code can
+            return Format(None, f"remote code: the spec is exactly {found.family}, but {caveat}; "
+                                "--format native writes it anyway")
         return Format(found.family, f"native {found.family}: the spec is exactly transformers' {cls}, "
-                                    "which loads with trust_remote_code=False")
+                                    "which loads with trust_remote_code=False"
+                                    + (f"; note: {caveat}" if caveat is not None else ""))
     if fmt == "native":
         raise ExportError(f"--format native: {arch.name} is no transformers-native family; {found.why_not()}")
     return Format(None, f"remote code: no native family fits ({found.why_not()})")

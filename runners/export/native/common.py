@@ -5,7 +5,8 @@ A family module (``qwen3_next``, ``olmo_hybrid``, ``llama``, ``qwen3``) defines 
 ``ARCHITECTURE``, ``blocker(arch)`` (the first field that keeps ``arch`` from being that
 family exactly, or None), ``config(arch)`` (the transformers config as a dict),
 ``convert(arch, state)`` (loopnas state dict -> the family's), ``to_spec(config, name)``
-(the import direction) and ``ARCH_FIELDS`` (the config fields that define its architecture).
+(the import direction), ``architecture(config)`` (the config fields that define its architecture)
+and optionally ``caveat(arch)`` (what an exact export still cannot do, which keeps ``auto`` on remote code).
 Nothing here imports torch at module level: ``loopnas import`` and the fit check need none.
 """
 from __future__ import annotations

@@ -74,6 +74,16 @@ def blocker(arch: ArchSpec) -> Blocker | None:
     ])
 
 
+def caveat(arch: ArchSpec) -> str | None:
+    """What an exact export of ``arch`` still cannot do in transformers: a model without an
+    attention layer loads and gives loopnas's logits, but ``generate()`` fails
+    (Qwen3Next's hybrid cache asks an attention layer for the sequence length)."""
+    if one_of(AttnSpec, arch) is None:
+        return ("transformers' Qwen3Next cannot generate() without an attention layer "
+                "(its cache takes the sequence length from one)")
+    return None
+
+
 def config(arch: ArchSpec) -> dict:
     out = base_config(arch, MODEL_TYPE, ARCHITECTURE)
     out["layer_types"] = ["linear_attention" if isinstance(l.mixer, GDNSpec) else "full_attention"
@@ -204,4 +214,4 @@ def convert(arch: ArchSpec, state: dict) -> dict:
     return out
 
 
-__all__ = ["MODEL_TYPE", "ARCHITECTURE", "blocker", "config", "convert", "to_spec", "architecture"]
+__all__ = ["MODEL_TYPE", "ARCHITECTURE", "blocker", "caveat", "config", "convert", "to_spec", "architecture"]
