@@ -25,6 +25,14 @@ def _line(sweep: Sweep) -> str:
     return " · ".join(parts) + (f" │ front: {shown}" if shown else "")
 
 
+def _bar(console: Console, progress: bool) -> Progress:
+    """The sweep's progress bar: name, bar, done/total, elapsed, the counts and front line.
+    The name and line are user text (space and trial names): never read as markup."""
+    return Progress(TextColumn("{task.fields[name]}", style="bold", markup=False), BarColumn(),
+                    MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}", markup=False),
+                    console=console, disable=not progress, transient=False)
+
+
 def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend: str = DEFAULT_BACKEND,
               trials: int | None = None, resume: bool = False, address: str | None = None,
               progress: bool = True, seeds: int | None = None, planned: list[dict] | None = None) -> Path:
@@ -46,9 +54,7 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
     if progress:
         console.print(f"{space.name}: experiment {out} · study {sweep.where}", markup=False, highlight=False,
                       soft_wrap=True)
-    bar = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("{task.description}"), console=console,
-                   disable=not progress, transient=False)
+    bar = _bar(console, progress)
     with closing(sweep), bar:  # closing: the directory is released however the sweep ends
         task = bar.add_task("", total=sweep.total, name=space.name)
 
@@ -88,9 +94,7 @@ def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: 
     console = Console(stderr=True)
     console.print(f"{space.name}: training the supernet ({out / 'supernet'}) · study {sweep.where}",
                   markup=False, highlight=False)
-    bar = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("{task.description}"), console=console,
-                   disable=not progress, transient=False)
+    bar = _bar(console, progress)
     task = bar.add_task("", total=sweep.total, name=f"{space.name} evaluations", start=False)
 
     def on_change() -> None:
