@@ -22,7 +22,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Commands whose module exists are registered, in this order (a module is one command).
+# Every command module, registered in this order (a module is one command); a module that
+# fails to import fails the CLI, rather than silently losing its command.
 _COMMANDS = ("validate", "show", "graph", "cost", "train", "sweep", "calibrate", "status", "report",
              "export", "import_", "bench", "diagnose", "doctor")  # import_.py: the `import` command
 
@@ -30,11 +31,8 @@ _COMMANDS = ("validate", "show", "graph", "cost", "train", "sweep", "calibrate",
 def _register() -> None:
     """Import each command module; each registers itself on ``app``."""
     import importlib
-    from pathlib import Path
-    here = Path(__file__).parent
     for name in _COMMANDS:
-        if (here / f"{name}.py").is_file():
-            importlib.import_module(f"{__name__}.{name}")
+        importlib.import_module(f"{__name__}.{name}")
 
 
 _register()
