@@ -6,7 +6,7 @@ is the same model with every layer a ``switch`` over the ratio's mixers (random 
 resampled every forward pass) and, with ``oneshot.loops``, elastic depth over those loop
 counts. A **sub-network** fixes every switch to one option and the loop count to one
 ``k``: :func:`subnet` writes it as a plain canonical spec, whose parameters are a subset of
-the supernet's (``runners.oneshot.weights`` copies them). The search visits placements
+the supernet's (``runners.weights`` copies them). The search visits placements
 with exactly the ratio's number of layers of each mixer: :func:`exhaustive` lists them
 all, :func:`beam_search` keeps the best ``width`` and moves one layer at a time.
 

@@ -76,7 +76,7 @@ class TrainConfig(_Data):
                                                     "evaluated once at the end: length extrapolation")
     init_from: str | None = Field(None, description="a checkpoint (a trainer's checkpoint.pt, a "
                                   "supernet's, an extracted sub-network's) whose corresponding "
-                                  "weights start the run (runners.oneshot.weights.inherit)")
+                                  "weights start the run (runners.weights.inherit)")
     freeze_ffn: bool = Field(False, description="keep every FFN and its norm at its initial "
                              "(inherited) weights: PostNAS's frozen MLPs")
     progress: bool = True

@@ -194,7 +194,7 @@ def initialise(model: torch.nn.Module, arch: ArchSpec, config: TrainConfig) -> N
     """``init_from``: copy the corresponding weights of a checkpoint; ``freeze_ffn``: stop
     gradients to the FFNs."""
     if config.init_from is not None:
-        from runners.oneshot.weights import inherit, load_source
+        from runners.weights import inherit, load_source
 
         source, state = load_source(config.init_from)
         inherit(model, arch, state, source)

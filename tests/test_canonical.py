@@ -201,3 +201,48 @@ loop: {boundary: block, T: 3, topk: [16, 8, 4]}
         (t, i, k) for t, k in enumerate((16, 8, 4)) for i in dsa)
     mixer = importlib.import_module("nas.graph").folded_graph(arch).nodes[f"layers.{dsa[0]}.mixer"]
     assert mixer["schedule"] == "top-k 16→8→4"
+
+
+# runners' rooms (issue 22): the proxy (a run of one model), what measures a model, the
+# search (sweeps, one-shot, calibration: they train through the proxy), what reads results,
+# what inspects a run, and the CLI above all of them.
+ROOMS = {
+    "proxy": ("runners.train", "runners.tasks", "runners.elastic", "runners.checkpoint", "runners.weights"),
+    "measure": ("runners.bench",),
+    "search": ("runners.sweep", "runners.oneshot", "runners.calibrate"),
+    "results": ("runners.report", "runners.export"),
+    "inspect": ("runners.diagnose", "runners.render"),
+    "cli": ("runners.cli", "runners.__main__"),
+}
+
+
+def _room(module: str) -> str | None:
+    for top in ("nas", "builders", "spaces"):
+        if module == top or module.startswith(top + "."):
+            return top
+    return next((room for room, prefixes in ROOMS.items()
+                 if any(module == p or module.startswith(p + ".") for p in prefixes)), None)
+
+
+def test_no_import_cycle_between_rooms_and_no_upward_import():
+    """Every import counts, a function-level one too (a lazy import only hides a cycle):
+    nas imports neither builders nor runners, builders not runners, and the rooms of runners
+    form no cycle (train used to import the one-shot package for its weight mapping, which
+    imports train)."""
+    g = nx.DiGraph()
+    for top in ("nas", "builders", "runners"):
+        for path in (ROOT / top).rglob("*.py"):
+            mod = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            if mod == "runners":  # the empty package file
+                continue
+            here = _room(mod)
+            assert here is not None, f"{mod}: in no room of tests/test_canonical.py ROOMS"
+            for dep in _imports(path, "nas") | _imports(path, "builders") | _imports(path, "runners"):
+                there = _room(dep)
+                if there is not None and there != here:
+                    g.add_edge(here, there, example=(mod, dep))
+    upward = [(a, b, g.edges[a, b]["example"]) for a, b in g.edges
+              if a == "nas" or (a == "builders" and b not in ("nas", "spaces"))]
+    assert upward == []
+    cycles = [[(a, g.edges[a, b]["example"]) for a, b in zip(c, c[1:] + c[:1])] for c in nx.simple_cycles(g)]
+    assert cycles == []

@@ -14,7 +14,7 @@ import torch
 from nas import load_arch
 from runners import checkpoint
 from runners.cli import main
-from runners.oneshot.weights import load_source
+from runners.weights import load_source
 from runners.train import TrainConfig, train
 from spaces import arch_path
 

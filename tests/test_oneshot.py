@@ -20,7 +20,7 @@ from nas.errors import SpecError
 from nas.space import load_space
 from runners.oneshot.search import evaluate_subnet, extract
 from runners.oneshot.supernet import load_supernet, supernet_config
-from runners.oneshot.weights import inherit, load_source
+from runners.weights import inherit, load_source
 from runners.sweep.records import read_trials
 from runners.tasks import make_task
 from runners.train import CHECKPOINT, eval_batches, train, with_vocab

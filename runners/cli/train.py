@@ -109,7 +109,7 @@ def check_init(path: Path) -> Path:
     """A readable loopnas checkpoint, or a usage error naming what is wrong with it (an
     unloadable file is the CheckpointError that main() prints)."""
     from runners.checkpoint import CheckpointError
-    from runners.oneshot.weights import load_source
+    from runners.weights import load_source
 
     if not path.is_file():
         raise UsageError(f"--init-from {path}: no such file (a checkpoint.pt of a run, a supernet "

@@ -34,7 +34,7 @@ from runners.sweep.records import TRIALS, write_json
 from runners.train import eval_batches
 
 from .supernet import eval_task, load_supernet, supernet_config, train_supernet
-from .weights import inherit
+from runners.weights import inherit
 
 SUMMARY = "oneshot.json"
 
