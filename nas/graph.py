@@ -26,8 +26,8 @@ from .errors import Problem
 from .plan import Loop, Node, Step, applications, iteration_overrides, plan
 from .rules import GraphStep, rules_of
 from .spec import (
-    ArchSpec, AttnSpec, DSASpec, LoopRegion, MoESpec, NSASpec, OpAddr, ParallelSpec, SwitchSpec,
-    sub_mixers,
+    ArchSpec, AttnSpec, DSASpec, IterOverride, LoopRegion, MoESpec, NSASpec, OpAddr, ParallelSpec,
+    SwitchSpec, sub_mixers,
 )
 
 LoopPath = tuple[tuple[int, int], ...]
@@ -83,9 +83,27 @@ def update_label(arch: ArchSpec, r: LoopRegion) -> str:
     return ", ".join(w for w in words if w)
 
 
-def loop_label(arch: ArchSpec, r: LoopRegion, paren: bool = False) -> str:
+class _Labels:
+    """:func:`update_label` of the regions of one spec, each computed once per distinct
+    region up to its place (``start``, ``end`` and the layers its ``schedule`` names): a
+    rule's label may look at every region of the spec (the residual gate counts the shared
+    ones), so labelling the 4096 regions of a MixerLoop one by one is quadratic."""
+
+    PLACE = frozenset({"start", "end", "schedule"})
+
+    def __init__(self, arch: ArchSpec):
+        self.arch, self.memo = arch, {}
+
+    def __call__(self, r: LoopRegion) -> str:
+        key = tuple((k, v) for k, v in r if k not in self.PLACE)
+        if key not in self.memo:
+            self.memo[key] = update_label(self.arch, r)
+        return self.memo[key]
+
+
+def loop_label(arch: ArchSpec, r: LoopRegion, paren: bool = False, labels: _Labels | None = None) -> str:
     """``×4 ρ-gate``; with ``paren``, ``×4 (ρ-gate)``."""
-    rule = update_label(arch, r)
+    rule = (labels or _Labels(arch))(r)
     if not rule:
         return f"×{r.T}"
     return f"×{r.T} ({rule})" if paren else f"×{r.T} {rule}"
@@ -110,12 +128,12 @@ def _span_text(arch: ArchSpec, r: LoopRegion) -> str:
     return f"{r.start} .. {r.end}"
 
 
-def _regions_text(arch: ArchSpec, indices: list[int]) -> str:
+def _regions_text(arch: ArchSpec, indices: list[int], labels: _Labels) -> str:
     groups: dict[tuple, list[LoopRegion]] = defaultdict(list)
     for i in indices:
         r = arch.loops[i]
         kind = getattr(arch.layers[r.start.layer], r.start.op).kind if r.start == r.end else None
-        groups[(kind, r.start.op, loop_label(arch, r, True))].append(r)
+        groups[(kind, r.start.op, loop_label(arch, r, True, labels))].append(r)
     texts = []
     for (kind, op, label), rs in groups.items():
         if kind is not None:
@@ -125,35 +143,38 @@ def _regions_text(arch: ArchSpec, indices: list[int]) -> str:
     return "; ".join(texts)
 
 
-def loops_summary(arch: ArchSpec) -> str:
-    """One line: ``6 gdn mixers ×4 (ρ-gate)``, ``prelude 2 · recurrent 4 ×4 (…) · coda 2``."""
-    parts = elr_parts(arch)
+def loops_summary(arch: ArchSpec, labels: _Labels | None = None, nodes: tuple[Node, ...] | None = None) -> str:
+    """One line: ``6 gdn mixers ×4 (ρ-gate)``, ``prelude 2 · recurrent 4 ×4 (…) · coda 2``
+    (``nodes``: the spec's :func:`nas.plan.plan`, when the caller has it)."""
+    nodes = plan(arch) if nodes is None else nodes
+    parts, labels = elr_parts(arch, nodes), labels or _Labels(arch)
     if not arch.loops:
         text = "no loop"
     elif parts:
         n = {p: sum(v == p for v in parts.values()) for p in PARTS}
-        top = next(node.index for node in plan(arch) if isinstance(node, Loop))
-        inner = _regions_text(arch, [i for i in range(len(arch.loops)) if i != top])
+        top = next(node.index for node in nodes if isinstance(node, Loop))
+        inner = _regions_text(arch, [i for i in range(len(arch.loops)) if i != top], labels)
         text = (f"prelude {n['prelude']} · recurrent {n['recurrent']} "
-                f"{loop_label(arch, arch.loops[top], True)}" + (f" [{inner}]" if inner else "")
+                f"{loop_label(arch, arch.loops[top], True, labels)}" + (f" [{inner}]" if inner else "")
                 + f" · coda {n['coda']}")
     else:
-        text = _regions_text(arch, list(range(len(arch.loops))))
+        text = _regions_text(arch, list(range(len(arch.loops))), labels)
     if arch.elastic is not None:
         text += f" · elastic k∈{{{','.join(map(str, arch.elastic.eval))}}}"
     return text
 
 
-def summary(arch: ArchSpec) -> str:
-    """One line for a title: layers, width, mixers and loops."""
+def summary(arch: ArchSpec, loops: str | None = None) -> str:
+    """One line for a title: layers, width, mixers and loops (``loops``: the
+    :func:`loops_summary` when the caller has it)."""
     mixers = _count([_short(l.mixer) for l in arch.layers])
-    return f"{arch.L} layers ({mixers}), width {arch.model.width} · {loops_summary(arch)}"
+    return f"{arch.L} layers ({mixers}), width {arch.model.width} · {loops or loops_summary(arch)}"
 
 
-def elr_parts(arch: ArchSpec) -> dict[int, str]:
+def elr_parts(arch: ArchSpec, nodes: tuple[Node, ...] | None = None) -> dict[int, str]:
     """ELR form (one top-level loop over whole layers, with layers outside it): the part
     of each layer, ``prelude`` / ``recurrent`` / ``coda``; empty for any other form."""
-    tops = [n for n in plan(arch) if isinstance(n, Loop)]
+    tops = [n for n in (plan(arch) if nodes is None else nodes) if isinstance(n, Loop)]
     if len(tops) != 1:
         return {}
     r = tops[0].region
@@ -164,7 +185,7 @@ def elr_parts(arch: ArchSpec) -> dict[int, str]:
             for i in range(arch.L)}
 
 
-def loop_levels(arch: ArchSpec) -> dict[int, int]:
+def loop_levels(arch: ArchSpec, nodes: tuple[Node, ...] | None = None) -> dict[int, int]:
     """Nesting height of each region: 1 for a region with no loop inside, else one more
     than its tallest inner region (so nested back-edges are drawn further out)."""
     levels: dict[int, int] = {}
@@ -177,7 +198,7 @@ def loop_levels(arch: ArchSpec) -> dict[int, int]:
                 best = max(best, levels[n.index])
         return best
 
-    height(plan(arch))
+    height(plan(arch) if nodes is None else nodes)
     return levels
 
 
@@ -264,12 +285,26 @@ def unrolled_graph(arch: ArchSpec, loops: int | None = None) -> nx.DiGraph:
     return u.g
 
 
-def _schedule(arch: ArchSpec, layer: int, regions: tuple[int, ...]) -> str:
-    """Per-iteration windows / top-k of a scheduled mixer: ``full→512→256→128``."""
+def _schedules(arch: ArchSpec) -> list[dict[int, dict[int, IterOverride]]]:
+    """Per region, its schedule by layer, then iteration (one pass over every schedule;
+    LT2's coarse-to-fine has an entry per attention mixer and iteration)."""
+    out: list[dict[int, dict[int, IterOverride]]] = []
+    for r in arch.loops:
+        by_layer: dict[int, dict[int, IterOverride]] = defaultdict(dict)
+        for o in r.schedule:
+            by_layer[o.layer][o.iteration] = o
+        out.append(by_layer)
+    return out
+
+
+def _schedule(arch: ArchSpec, layer: int, regions: tuple[int, ...],
+              schedules: list[dict[int, dict[int, IterOverride]]]) -> str:
+    """Per-iteration windows / top-k of a scheduled mixer: ``full→512→256→128``
+    (``schedules``: :func:`_schedules`)."""
     base = arch.layers[layer].mixer
     for i in regions:
         r = arch.loops[i]
-        entries = {o.iteration: o for o in r.schedule if o.layer == layer}
+        entries = schedules[i].get(layer, {})
         if not entries:
             continue
         field = "topk" if isinstance(base, DSASpec) else "window"
@@ -280,9 +315,15 @@ def _schedule(arch: ArchSpec, layer: int, regions: tuple[int, ...]) -> str:
     return ""
 
 
-def _enclosing(arch: ArchSpec, addr: OpAddr) -> tuple[int, ...]:
-    inside = [i for i, r in enumerate(arch.loops) if r.start.flat <= addr.flat <= r.end.flat]
-    return tuple(sorted(inside, key=lambda i: arch.loops[i].start.flat - arch.loops[i].end.flat))
+def _enclosing(arch: ArchSpec) -> list[tuple[int, ...]]:
+    """The regions around each sublayer (by flat index), outermost first: one pass over
+    the regions, each over its own span (a test per sublayer and region was quadratic)."""
+    inside: list[list[int]] = [[] for _ in range(2 * arch.L)]
+    spans = [(r.start.flat, r.end.flat) for r in arch.loops]
+    for i in sorted(range(len(spans)), key=lambda i: spans[i][0] - spans[i][1]):  # stable: ties by index
+        for flat in range(spans[i][0], min(spans[i][1], 2 * arch.L - 1) + 1):
+            inside[flat].append(i)
+    return [tuple(regions) for regions in inside]
 
 
 def folded_graph(arch: ArchSpec) -> nx.DiGraph:
@@ -291,20 +332,22 @@ def folded_graph(arch: ArchSpec) -> nx.DiGraph:
     from its last op to its first with ``loop``, ``T``, ``update``, ``level`` (nesting
     height, 1 = innermost) and ``label`` (``×4 ρ-gate``). Node ``part`` is the ELR part
     (``prelude`` / ``recurrent`` / ``coda``) or None; ``runs`` counts applications."""
-    parts, levels = elr_parts(arch), loop_levels(arch)
-    runs = applications(arch)
+    nodes, labels = plan(arch), _Labels(arch)
+    parts, levels, enclosing = elr_parts(arch, nodes), loop_levels(arch, nodes), _enclosing(arch)
+    schedules = _schedules(arch)
+    runs, loops = applications(arch), loops_summary(arch, labels, nodes)
     tied = arch.model.tie_embeddings
-    g = nx.DiGraph(name=arch.name, summary=summary(arch), loops=loops_summary(arch))
+    g = nx.DiGraph(name=arch.name, summary=summary(arch, loops), loops=loops)
     g.add_node("embed", layer=None, op="embed", kind="embedding", variant="embedding",
                label="embedding", branches=(), part=None, runs=1, loops=(), schedule="")
     for i, layer in enumerate(arch.layers):
         for op_name in ("mixer", "ffn"):
             op, addr = getattr(layer, op_name), OpAddr(layer=i, op=op_name)
-            regions = _enclosing(arch, addr)
+            regions = enclosing[addr.flat]
             g.add_node(f"layers.{i}.{op_name}", layer=i, op=op_name, kind=op.kind,
                        variant=variant(op), label=describe(op), branches=_branches(op),
                        part=parts.get(i), runs=runs[addr], loops=regions,
-                       schedule=_schedule(arch, i, regions) if op_name == "mixer" else "")
+                       schedule=_schedule(arch, i, regions, schedules) if op_name == "mixer" else "")
     g.add_node("head", layer=None, op="head", kind="embedding" if tied else "linear",
                variant="head", label="norm → head" + (" (tied)" if tied else ""), branches=(),
                part=None, runs=1, loops=(), schedule="")
@@ -312,9 +355,67 @@ def folded_graph(arch: ArchSpec) -> nx.DiGraph:
     g.add_edges_from(zip(order, order[1:]), back=False)
     for i, r in enumerate(arch.loops):
         g.add_edge(f"layers.{r.end.layer}.{r.end.op}", f"layers.{r.start.layer}.{r.start.op}",
-                   back=True, loop=i, T=r.T, update=update_label(arch, r),
-                   level=levels.get(i, 1), label=loop_label(arch, r))
+                   back=True, loop=i, T=r.T, update=labels(r),
+                   level=levels.get(i, 1), label=loop_label(arch, r, labels=labels))
     return g
+
+
+MAX_DRAWN = 64  # layers a picture draws one by one (matplotlib takes minutes over thousands)
+
+
+def elide(g: nx.DiGraph, max_layers: int = MAX_DRAWN) -> nx.DiGraph:
+    """A folded graph with at most ``max_layers`` layers drawn one by one: past that, the
+    first and last ``max_layers // 2`` layers stay and the layers between become one node
+    per ELR part (``op="elided"``, ``layers=(first, last)``), labelled with their count and
+    range, striped with their mixer variants (``detail``: their mixers and how many loop
+    regions lie wholly inside them). A back-edge with an end among them ends at their node;
+    of the regions that then share both ends (all those inside one such node, say), the
+    outermost keeps its back-edge.
+    ``g.graph["elided"]``: how many layers were elided (0: ``g`` itself is returned)."""
+    layers = sorted({d["layer"] for _, d in g.nodes(data=True) if d["layer"] is not None})
+    if len(layers) <= max_layers:
+        g.graph.setdefault("elided", 0)
+        return g
+    keep = max(max_layers // 2, 1)
+    hidden = set(layers[keep:-keep])
+    runs: list[list[tuple[str, dict]]] = []  # consecutive elided sublayers of one part
+    for n, d in g.nodes(data=True):
+        if d["layer"] in hidden:
+            if not runs or runs[-1][-1][1]["part"] != d["part"]:
+                runs.append([])
+            runs[-1].append((n, d))
+    where = {n: f"layers.{run[0][1]['layer']}-{run[-1][1]['layer']}" for run in runs for n, _ in run}
+    inner: Counter = Counter()
+    back: dict[tuple[str, str], dict] = {}
+    for a, b, e in g.edges(data=True):
+        if not e.get("back"):
+            continue
+        ends = where.get(a, a), where.get(b, b)
+        if a in where and ends[0] == ends[1]:
+            inner[ends[0]] += 1
+        if ends not in back or back[ends]["level"] < e["level"]:
+            back[ends] = e
+    out = nx.DiGraph(**{**g.graph, "elided": len(hidden)})
+    runs_at = {run[0][0]: run for run in runs}
+    for n, d in g.nodes(data=True):
+        if n not in where:
+            out.add_node(n, **d)
+        elif n in runs_at:
+            members = [m for _, m in runs_at[n]]
+            node, first, end = where[n], members[0]["layer"], members[-1]["layer"]
+            mixers = [m for m in members if m["op"] == "mixer"]
+            kinds = [("/" if m["kind"] == "switch" else "∥").join(m["branches"]) or m["variant"] for m in mixers]
+            regions = f" · {inner[node]} loop region{'s' * (inner[node] > 1)}" if inner[node] else ""
+            out.add_node(node, layer=None, op="elided", kind="elided", variant="none",
+                         label=f"⋮ {end - first + 1} layers ({first}–{end})", detail=_count(kinds) + regions,
+                         branches=tuple(dict.fromkeys(v for m in mixers for v in m["branches"] or (m["variant"],))),
+                         part=members[0]["part"], runs=sum(m["runs"] for m in members), loops=(), schedule="",
+                         layers=(first, end))
+    order = list(out.nodes)
+    out.add_edges_from(zip(order, order[1:]), back=False)
+    for (a, b), e in back.items():
+        out.add_edge(a, b, **e)
+    return out
 
 
 def _q(text: str) -> str:
@@ -450,4 +551,4 @@ def graph_problems(arch: ArchSpec) -> list[Problem]:
 
 __all__ = ["COLORS", "LOOP_COLORS", "PARTS", "describe", "variant", "update_label", "loop_label",
            "loops_summary", "summary", "elr_parts", "loop_levels", "unrolled_graph",
-           "folded_graph", "to_dot", "to_mermaid", "graph_problems"]
+           "folded_graph", "elide", "MAX_DRAWN", "to_dot", "to_mermaid", "graph_problems"]

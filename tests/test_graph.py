@@ -187,6 +187,76 @@ def test_nested_regions_give_nested_back_edges():
     assert order[outer[1]] <= order[middle[1]] <= order[middle[0]] <= order[outer[0]]
 
 
+ELR = """
+name: long_elr
+model: {vocab_size: 256, width: 64, defaults: {gdn: {num_heads: 2, head_dim: 32, expand_v: 1}, attn: {num_heads: 4}}}
+num_layers: 40
+hybrid: {ratio: {attn: 1, gdn: 3}, placement: interleave}
+loop: {boundary: elr, prelude: 10, recurrent: 20, coda: 10, T: 3, update: {kind: gated_step}}
+"""
+
+
+def test_folded_graph_is_the_same_whatever_the_spec_size():
+    """Each sublayer's regions (outermost first), schedule and labels, against their
+    definition (the graph computes them in one pass, not per sublayer and region)."""
+    for a in [arch(n) for n in arch_names()] + [loads_arch(NESTED)]:
+        g = folded_graph(a)
+        for i in range(a.L):
+            for op in ("mixer", "ffn"):
+                flat = 2 * i + (op == "ffn")
+                inside = [j for j, r in enumerate(a.loops) if r.start.flat <= flat <= r.end.flat]
+                want = tuple(sorted(inside, key=lambda j: a.loops[j].start.flat - a.loops[j].end.flat))
+                assert g.nodes[f"layers.{i}.{op}"]["loops"] == want, (a.name, i, op)
+        for _, _, e in back_edges(g):
+            assert e["update"] == nas.graph.update_label(a, a.loops[e["loop"]])
+    mixer = loads_arch(NESTED.replace("num_layers: 3", "num_layers: 2"))
+    assert [e["label"] for *_, e in back_edges(folded_graph(mixer))].count("×5 ρ-gate, shared") == 2
+
+
+def test_a_short_stack_is_not_elided():
+    g = folded_graph(arch("elr_hybrid"))
+    assert nas.graph.elide(g) is g and g.graph["elided"] == 0
+
+
+def test_a_long_stack_draws_its_ends_and_elides_the_middle_per_part():
+    a = loads_arch(ELR)
+    g = nas.graph.elide(folded_graph(a), max_layers=8)
+    assert g.graph["elided"] == 32
+    drawn = sorted({d["layer"] for _, d in g.nodes(data=True) if d["layer"] is not None})
+    assert drawn == [0, 1, 2, 3, 36, 37, 38, 39]
+    elided = [(n, d) for n, d in g.nodes(data=True) if d["op"] == "elided"]
+    assert [(n, d["layers"], d["part"]) for n, d in elided] == [
+        ("layers.4-9", (4, 9), "prelude"), ("layers.10-29", (10, 29), "recurrent"),
+        ("layers.30-35", (30, 35), "coda")]
+    assert elided[1][1]["label"] == "⋮ 20 layers (10–29)"
+    assert elided[1][1]["detail"] == "15 gdn, 5 attn · 1 loop region"
+    assert set(elided[1][1]["branches"]) == {"gdn", "attn"}
+    (end, start, e), = back_edges(g)  # the recurrent loop, wholly elided, keeps its arc
+    assert end == start == "layers.10-29" and e["label"] == "×3 gated step"
+    order = list(g.nodes)
+    forward = [(x, y) for x, y, e in g.edges(data=True) if not e["back"]]
+    assert forward == list(zip(order, order[1:])) and order[0] == "embed" and order[-1] == "head"
+
+
+def test_elided_back_edges_attach_to_the_elided_node():
+    a = loads_arch(NESTED.replace("num_layers: 3", "num_layers: 12"))  # block ×2, layer 1 ×3, mixers ×5
+    g = nas.graph.elide(folded_graph(a), max_layers=4)
+    ends = {(x, y): e for x, y, e in back_edges(g)}
+    assert ends[("layers.11.ffn", "layers.0.mixer")]["T"] == 2   # kept ends, kept edge
+    assert ends[("layers.1.ffn", "layers.1.mixer")]["T"] == 3
+    assert ends[("layers.2-9", "layers.2-9")]["T"] == 5           # one arc for the 8 elided mixer loops
+    assert g.nodes["layers.2-9"]["detail"] == "8 gdn · 8 loop regions"
+    assert sum(e["T"] == 5 for e in ends.values()) == 1 + 4      # and one per drawn mixer
+
+
+def test_an_elided_graph_draws_and_writes_text(tmp_path):
+    from runners.render import draw
+    g = nas.graph.elide(folded_graph(loads_arch(ELR)), max_layers=8)
+    draw(g).savefig(tmp_path / "e.png", dpi=50)
+    assert (tmp_path / "e.png").stat().st_size > 1000
+    assert "⋮ 20 layers (10–29)" in to_dot(g) and "⋮ 20 layers (10–29)" in to_mermaid(g)
+
+
 # ---------------------------------------------------------------- checks
 
 

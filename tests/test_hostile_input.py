@@ -78,14 +78,16 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def bounded(*argv, cwd: Path = REPO) -> tuple[int, str, str]:
+def bounded(*argv, cwd: Path = REPO, seconds: float = SECONDS) -> tuple[int, str, str]:
     """``loopnas ARGV`` in a subprocess under :data:`MEMORY` of address space; it must end
-    within :data:`SECONDS` of CPU time, start-up included (CPU, not wall time: a shared
-    machine stretches the second, not the first)."""
-    start = _cpu()
+    within ``seconds`` of CPU time, start-up included (CPU, not wall time: a shared
+    machine stretches the second, not the first). The times are printed (``pytest -s``)."""
+    start, wall = _cpu(), time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "runners", *map(str, argv)], capture_output=True,
                           text=True, cwd=cwd, timeout=120, preexec_fn=_limits)
-    assert _cpu() - start < SECONDS, f"{_cpu() - start:.1f} s of CPU"
+    cpu, wall = _cpu() - start, time.monotonic() - wall
+    print(f"loopnas {' '.join(map(str, argv))}: {cpu:.2f} s CPU, {wall:.2f} s wall")
+    assert cpu < seconds, f"{cpu:.1f} s of CPU"
     assert "MemoryError" not in proc.stderr, proc.stderr
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -202,6 +204,58 @@ def test_the_largest_document_allowed_validates_in_bounded_time(tmp_path):
     assert MAX_BYTES - 30_000 < path.stat().st_size < MAX_BYTES
     rc, out, err = bounded("validate", path)
     assert rc == 0 and out.startswith("ok  "), err
+
+
+BIG = """\
+name: big_{loop}
+model:
+  vocab_size: 256
+  width: 64
+  defaults:
+    attn: {{num_heads: 4, num_kv_heads: 2, output_gate: true}}
+    gdn: {{num_heads: 2, head_dim: 32, expand_v: 1}}
+    swiglu: {{hidden_size: 128}}
+num_layers: {layers}
+{stack}
+loop: {sugar}
+"""
+HYBRID = "hybrid: {ratio: {attn: 1, gdn: 3}, placement: interleave}"
+BIG_LOOPS = {  # the most regions; a loop with parts; a schedule entry per mixer and iteration
+    "mixer": (HYBRID, "{boundary: mixer, T: 4, update: {kind: residual_gate, shared: true}}"),
+    "elr": (HYBRID, "{boundary: elr, prelude: 100, recurrent: 3896, coda: 100, T: 4, update: {kind: gated_step}, "
+                    "conditioning: index_budget}"),
+    "coarse_to_fine": ("layer: {mixer: {kind: attn}, ffn: {kind: swiglu}}",
+                       "{boundary: block, T: 4, update: {kind: residual_gate}, windows: [full, 32, 16, 8]}"),
+}
+BIG_SECONDS = 20  # of CPU: generous for a shared CI machine; a quiet one takes under 5 (printed)
+PENDING = {  # quadratic outside the files this test was written with, and the fix each needs
+    "cost": ("coarse_to_fine", "nas.plan.iteration_overrides and nas.cost.counting.mixer_settings scan every "
+                               "schedule entry per mixer application (13 s CPU)"),
+    "graph.png": ("*", "runners.render draws all 8192 sublayers (minutes, 2.6 GB); it must draw "
+                       "nas.graph.elide(folded_graph(arch)), 1-2 s"),
+}
+
+
+def _big_cases():
+    for loop in BIG_LOOPS:
+        for command in ("validate", "show", "cost", "graph.dot", "graph.png"):
+            where, reason = PENDING.get(command, (None, ""))
+            marks = pytest.mark.xfail(run=False, reason=reason) if where in (loop, "*") else ()
+            yield pytest.param(loop, command, marks=marks, id=f"{loop}-{command}")
+
+
+@pytest.mark.parametrize("loop, command", list(_big_cases()))
+def test_the_largest_spec_allowed_runs_in_bounded_time(tmp_path, loop, command):
+    stack, sugar = BIG_LOOPS[loop]
+    path = write(tmp_path, BIG.format(loop=loop, layers=MAX_LAYERS, stack=stack, sugar=sugar), "big.yaml")
+    name, _, suffix = command.partition(".")
+    argv = [name, path] + (["--out", tmp_path / f"big.{suffix}"] if suffix else [])
+    rc, out, err = bounded(*argv, cwd=tmp_path, seconds=BIG_SECONDS)
+    assert rc == 0 and "Traceback" not in err, err
+    if name == "validate":
+        assert out.startswith("ok  ") and f"{MAX_LAYERS} layers" in out, out
+    if suffix:
+        assert (tmp_path / f"big.{suffix}").stat().st_size > 0
 
 
 def test_a_huge_grid_is_counted_not_listed(tmp_path, capsys):
