@@ -15,6 +15,7 @@ Pure data and pure functions: no torch.
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 from itertools import combinations
 from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar
@@ -22,7 +23,7 @@ from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar
 from .errors import Problem, SpecError
 from .load import resolve, spec_from_dict
 from .placement import placement, ratio_counts
-from .spec import ArchSpec, HybridSpec, SwitchSpec
+from .spec import MAX_NAME, ArchSpec, HybridSpec, SwitchSpec
 
 State = TypeVar("State", bound=Hashable)
 RULES = ("interleave", "bookend", "front", "back")
@@ -57,7 +58,7 @@ def supernet_data(space) -> dict[str, Any]:
         data["loop"] = {**data["loop"], "T": max(one.loops)}
         data["elastic"] = {"train": {"values": list(one.loops), "weights": [1.0 / n] * n},
                            "eval": list(one.loops), "switch_at": 0.0}
-    data["name"] = f"{space.name}_supernet"
+    data["name"] = fit_name(space.name, "_supernet")
     return data
 
 
@@ -86,9 +87,10 @@ def subnet(net: ArchSpec, pattern: Sequence[int], loops: int | None = None) -> A
     if loops is not None:
         regions = tuple(r.model_copy(update={"T": loops, "schedule": tuple(
             o for o in r.schedule if o.iteration < loops)}) for r in net.loops)
-    names = "-".join(layer_label(l.mixer) for l in layers)
+    names = "-".join(option_label(l.mixer, p) for l, p in zip(net.layers, pattern))
     data = net.model_dump(mode="json")
-    data.update(name=f"{net.name.removesuffix('_supernet')}_{names}" + (f"_T{loops}" if loops else ""),
+    data.update(name=fit_name(f"{net.name.removesuffix('_supernet')}_{names}", f"_T{loops}" if loops else "",
+                              SUBNET_NAME),
                 layers=[l.model_dump(mode="json") for l in layers],
                 loops=[r.model_dump(mode="json") for r in regions], elastic=None, random_placement=None)
     return resolve(ArchSpec.model_validate(data), "subnet")
@@ -97,6 +99,33 @@ def subnet(net: ArchSpec, pattern: Sequence[int], loops: int | None = None) -> A
 def layer_label(mixer) -> str:
     window = getattr(mixer, "window", None)
     return mixer.kind + (f"{window}" if window else "")
+
+
+def option_label(layer_mixer, p: int) -> str:
+    """The name piece of option ``p`` of a supernet layer's mixer (a switch, or the one
+    mixer of a fixed layer): its :func:`layer_label`, with ``.p`` when another option of
+    that switch has the same label (two attention variants, say), so sub-network names
+    stay unique."""
+    if not isinstance(layer_mixer, SwitchSpec):
+        return layer_label(layer_mixer)
+    labels = [layer_label(o) for o in layer_mixer.options]
+    return labels[p] + (f".{p}" if labels.count(labels[p]) > 1 else "")
+
+
+HASH = 12  # hex digits of sha256 in a shortened name: no collision among 10^6 names (p < 2e-3)
+SUBNET_NAME = 128  # longest sub-network name: room for any suffix in a file name; readable in a table
+
+
+def fit_name(stem: str, suffix: str = "", limit: int = MAX_NAME) -> str:
+    """``stem + suffix`` when it has at most ``limit`` characters, else the first
+    characters of ``stem``, ``-``, :data:`HASH` hex digits of the SHA-256 of the whole name
+    and ``suffix``, ``limit`` characters in all: deterministic, as unique as the whole name,
+    readable at the start and the end (the supernet's ``_supernet``, a sub-network's ``_T2``)."""
+    name = stem + suffix
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:HASH]
+    return stem[:limit - len(suffix) - HASH - 1].rstrip("-_.+") + "-" + digest + suffix
 
 
 def pattern_of(arch: ArchSpec, net: ArchSpec) -> list[int]:
@@ -211,4 +240,4 @@ def beam_search(score: Callable[[State], float | None], start: Iterable[State],
 
 __all__ = ["mixer_names", "counts", "loop_choices", "supernet_data", "supernet", "check_supernet",
            "subnet", "pattern_of", "candidate", "trial_params", "exhaustive", "rule_placements",
-           "swaps", "beam_search"]
+           "swaps", "beam_search", "fit_name", "option_label", "HASH", "SUBNET_NAME"]

@@ -4,6 +4,7 @@ import itertools
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -230,6 +231,51 @@ def test_a_oneshot_space_counts_its_placements_and_loops(tmp_path):
     assert grid_size(space) == len(one.exhaustive(one.counts(space))) * 3 == 6 * 3
     shipped = load_space("oneshot_placement")
     assert grid_size(shipped) == 15 * 3 and one.counts(shipped) == (2, 4)
+
+
+def test_short_subnet_names_read_as_their_pattern(tmp_path):
+    net = one.supernet(load_space(space_file(tmp_path, "loops: [1, 2]\n")))
+    assert net.name == "os_supernet"
+    assert one.subnet(net, [0, 1, 0, 1], 2).name == "os_attn-gdn-attn-gdn_T2"
+    assert one.subnet(net, [1, 1, 0, 0], None).name == "os_gdn-gdn-attn-attn"
+
+
+@pytest.mark.parametrize("layers", [64, 4096])
+def test_long_subnet_names_are_hashed_to_fit_a_file_name(tmp_path, layers):
+    base = BASE.replace("num_layers: 4", f"num_layers: {layers}")
+    net = one.supernet(load_space(space_file(tmp_path, "loops: [1, 2]\n", base)))
+    rng = random.Random(0)
+    patterns = [[0, 1] * (layers // 2)] + [rng.sample([0, 1] * (layers // 2), layers) for _ in range(20)]
+    names = {}
+    for pattern in patterns:
+        for loops in (1, 2):
+            name = one.subnet(net, pattern, loops).name
+            assert name == one.subnet(net, pattern, loops).name  # deterministic
+            readable = "os_" + "-".join(("attn", "gdn")[p] for p in pattern)
+            head = re.fullmatch(rf"(os_[a-z-]+[a-z])-[0-9a-f]{{{one.HASH}}}_T{loops}", name)
+            assert head and readable.startswith(head[1]) and len(head[1]) > 100, name
+            assert len(name) <= one.SUBNET_NAME
+            (tmp_path / name).mkdir()  # a directory name, and a file name with a suffix
+            (tmp_path / f"{name}.checkpoint.yaml").write_text("")
+            names[name] = (tuple(pattern), loops)
+    assert len(names) == len(set(names.values()))  # unique
+
+
+def test_a_long_space_name_still_names_its_supernet(tmp_path):
+    path = space_file(tmp_path, "loops: [1, 2]\n")
+    path.write_text(path.read_text().replace("name: os\n", f"name: {'s' * 255}\n", 1))
+    net = one.supernet(load_space(path))
+    assert len(net.name) == 255 and net.name.endswith("_supernet") and net.name.startswith("s" * 200)
+    sub = one.subnet(net, [0, 1, 0, 1], 2)
+    assert len(sub.name) == one.SUBNET_NAME and sub.name.startswith("s" * 100) and sub.name.endswith("_T2")
+
+
+def test_options_with_one_label_get_their_index(tmp_path):
+    base = BASE.replace("{ratio: {attn: 1, gdn: 1}, placement: interleave}",
+                        "{ratio: {small: 1, big: 1}, placement: interleave, "
+                        "mixers: {small: {kind: attn, num_heads: 2}, big: {kind: attn, num_heads: 4}}}")
+    net = one.supernet(load_space(space_file(tmp_path, "loops: [1, 2]\n", base)))
+    assert one.subnet(net, [0, 1, 1, 0], 1).name == "os_attn.0-attn.1-attn.1-attn.0_T1"
 
 
 def test_train_init_from_a_bad_file_is_one_line(tmp_path):
