@@ -70,6 +70,9 @@ class BudgetResult(BaseModel):
     dir: str
     axes: list[AxisResult]
     noise_sd: float | None = Field(None, description="seed-to-seed standard deviation, pooled")
+    per_k: dict[str, list[AxisResult]] = Field(default_factory=dict, description="elastic trials: "
+                                               "the same analysis at each loop count k they were evaluated at "
+                                               "(``axes`` is each replicate's last point)")
 
 
 class Calibration(BaseModel):
@@ -117,17 +120,38 @@ def _dependents(space: Space, name: str) -> set[str]:
     return out
 
 
-def _candidates(exp_dir: Path, metric: str) -> list[tuple[dict, str, list[float]]]:
-    """(params, spec hash, replicate qualities) per trained candidate."""
+def _candidates(exp_dir: Path, metric: str, k: int | None = None) -> list[tuple[dict, str, list[float]]]:
+    """(params, spec hash, replicate qualities) per trained candidate: each replicate's last
+    point, or with ``k`` its point at that loop count (an elastic trial's curve)."""
     from runners.sweep.records import read_trials
 
     out = []
     for r in read_trials(exp_dir):
         if r.status != "complete":
             continue
-        values = [rep.points[-1].values[metric] for rep in r.replicates if rep.points]
-        out.append((r.params, r.spec_hash, values))
+        if k is None:
+            values = [rep.points[-1].values[metric] for rep in r.replicates if rep.points]
+        else:
+            values = [p.values[metric] for rep in r.replicates for p in rep.points if p.k == k]
+        if values:
+            out.append((r.params, r.spec_hash, values))
     return out
+
+
+def _loop_counts(exp_dir: Path) -> list[int]:
+    """The loop counts elastic trials were evaluated at (empty: no elastic trial)."""
+    from runners.sweep.records import read_trials
+
+    return sorted({p.k for r in read_trials(exp_dir) if r.status == "complete"
+                   for rep in r.replicates for p in rep.points if p.k is not None})
+
+
+def _axes(space: Space, cands: list, seeds: int) -> tuple[list[AxisResult], float]:
+    variance = pooled_variance([v for _, _, v in cands])
+    axes = [analyse_axis(space, name, cands, variance) for name in space.spec.params]
+    for a in axes:
+        a.verdict = verdict(a, seeds)
+    return axes, variance
 
 
 def analyse_axis(space: Space, name: str, cands: list[tuple[dict, str, list[float]]],
@@ -246,12 +270,10 @@ def analyse(space: Space, dirs: list[Path], budgets: tuple[float, ...], seeds: i
     results, means = [], []
     for b, d in zip(budgets, dirs):
         cands = _candidates(d, quality.name)
-        variance = pooled_variance([v for _, _, v in cands])
-        axes = [analyse_axis(space, name, cands, variance) for name in space.spec.params]
-        for a in axes:
-            a.verdict = verdict(a, seeds)
+        axes, variance = _axes(space, cands, seeds)
+        per_k = {str(k): _axes(space, _candidates(d, quality.name, k), seeds)[0] for k in _loop_counts(d)}
         scaled_proxy = scaled(space, b).spec.proxy
-        results.append(BudgetResult(multiple=b, steps=scaled_proxy.steps, dir=str(d), axes=axes,
+        results.append(BudgetResult(multiple=b, steps=scaled_proxy.steps, dir=str(d), axes=axes, per_k=per_k,
                                     noise_sd=math.sqrt(variance) if math.isfinite(variance) else None))
         means.append({h: sum(v) / len(v) for _, h, v in cands})
     agreement = []
@@ -280,12 +302,12 @@ def write(cal: Calibration, out: Path) -> list[Path]:
 COLUMNS = ("parameter", "context", "levels: mean ± s.e.", "effect", "s.e.", "p", "separates")
 
 
-def rows(budget: BudgetResult) -> list[tuple[bool, tuple[str, ...]]]:
+def rows(axes: list[AxisResult]) -> list[tuple[bool, tuple[str, ...]]]:
     """The calibration table of one budget (the markdown's and the terminal's): per axis a
     row over all contexts (``True``: the axis row), then one per context when there are
     several, each with its levels' means ± standard errors."""
     out = []
-    for a in budget.axes:
+    for a in axes:
         one = a.contexts[0] if len(a.contexts) == 1 else None
         out.append((True, (a.param, "all", levels_text(one) if one else "", _f(a.effect), _f(a.se),
                            _f(a.p_value), "yes" if a.separates else "no")))
@@ -314,13 +336,17 @@ def markdown(cal: Calibration) -> str:
              f"effect exceeds {MIN_SE:g} standard errors of seed noise.", ""]
     for b in cal.budgets:
         sd = f"{b.noise_sd:.3g}" if b.noise_sd is not None else "unknown"
-        lines += [f"## Budget {b.multiple:g}× ({b.steps} steps; seed-to-seed s.d. {sd})", "",
-                  "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-        for axis_row, cells in rows(b):
-            if axis_row:
-                cells = (f"**{cells[0]}**", *cells[1:-1], "**yes**" if cells[-1] == "yes" else "no")
-            lines.append("| " + " | ".join(cells) + " |")
-        lines += [""] + [f"- `{a.param}`: {a.verdict}" for a in b.axes] + [""]
+        lines += [f"## Budget {b.multiple:g}× ({b.steps} steps; seed-to-seed s.d. {sd})", ""]
+        sections = [("" if not b.per_k else "At each replicate's last point:", b.axes)]
+        sections += [(f"Elastic trials at k = {k}:", axes) for k, axes in b.per_k.items()]
+        for title, axes in sections:
+            lines += ([title, ""] if title else []) + [
+                "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+            for axis_row, cells in rows(axes):
+                if axis_row:
+                    cells = (f"**{cells[0]}**", *cells[1:-1], "**yes**" if cells[-1] == "yes" else "no")
+                lines.append("| " + " | ".join(cells) + " |")
+            lines += [""] + [f"- `{a.param}`: {a.verdict}" for a in axes] + [""]
     for r in cal.rank_agreement:
         lines.append(f"Rank agreement {r['from']:g}× → {r['to']:g}×: Kendall τ = {_f(r['tau'])} "
                      f"over {r['candidates']} candidates.")

@@ -121,3 +121,35 @@ def test_a_sweeps_report_shows_the_calibration(tmp_path):
     shutil.copytree(out / "budget-1x", exp, dirs_exist_ok=True)  # the sweep's experiment beside it
     html = write_report(exp).index.read_text()
     assert "Calibration: can the proxy see each axis?" in html and "boundary" in html
+
+
+ELASTIC = """\
+name: planted_elastic
+base: tiny_elr
+params:
+  lr: {target: proxy.lr, choices: [0.001, 0.003]}
+  ffn: {target: model.defaults.swiglu.hidden_size, choices: [96, 128]}
+objectives: [{metric: acc, direction: maximize}, {metric: projection_flops, direction: minimize}]
+proxy: {task: s5, task_params: {seq_len: 4, degree: 2}, steps: 4, batch_size: 4, eval_every: 2}
+search: {sampler: grid, trials: 4, concurrency: 2}
+"""
+
+
+def test_elastic_trials_are_calibrated_at_each_loop_count(tmp_path):
+    """An elastic trial is a curve: the planted lr effect exists at k = 2 only, so the
+    analysis at k = 2 separates it and the one at k = 1 does not."""
+    space = load(tmp_path, ELASTIC)
+    kind, plan = design(space)
+    rng = np.random.default_rng(1)
+    sweep = Sweep(scaled(space, 1.0), tmp_path / "exp", "optuna", seeds=4, planned=plan)
+    while (job := sweep.next_job()) is not None:
+        params = sweep.records[job["trial"]].params
+        at = {1: 0.5 + rng.normal(0, 0.01), 2: 0.6 + 0.2 * (params["lr"] == 0.003) + rng.normal(0, 0.01)}
+        sweep.finish(job["id"], {"status": "complete", "measured": [
+            {"k": k, "value": v, "metrics": {"acc": v}} for k, v in at.items()]})
+    cal = analyse(space, [tmp_path / "exp"], (1.0,), 4, kind, len(plan))
+    per_k = {k: {a.param: a for a in axes} for k, axes in cal.budgets[0].per_k.items()}
+    assert sorted(per_k) == ["1", "2"]
+    assert per_k["2"]["lr"].separates and per_k["2"]["lr"].effect == pytest.approx(0.2, abs=0.03)
+    assert not per_k["1"]["lr"].separates and not per_k["2"]["ffn"].separates
+    assert "Elastic trials at k = 2:" in markdown(cal)

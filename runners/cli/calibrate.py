@@ -25,12 +25,14 @@ def _budgets(text: str) -> tuple[float, ...]:
 def print_calibration(cal) -> None:
     from runners.calibrate import COLUMNS, rows
 
-    for budget in cal.budgets:
+    tables = [(b, k, axes) for b in cal.budgets for k, axes in [(None, b.axes), *b.per_k.items()]]
+    for budget, k, axes in tables:
+        at = "" if k is None else f", elastic trials at k = {k}"
         table = Table(title=f"{cal.space}: can the proxy see each axis? ({cal.candidates} candidates × "
-                            f"{cal.seeds} seeds, {cal.metric}, {budget.steps} steps)")
+                            f"{cal.seeds} seeds, {cal.metric}, {budget.steps} steps{at})")
         for name in COLUMNS:
             table.add_column(name, justify="right" if name in ("effect", "s.e.", "p") else "left")
-        for axis_row, cells in rows(budget):
+        for axis_row, cells in rows(axes):
             if axis_row:
                 cells = (*(escape(c) for c in cells[:-1]), "[bold green]yes[/]" if cells[-1] == "yes" else "no")
             else:
