@@ -4,6 +4,7 @@ field or path, exit code 2, no traceback; nothing is written outside the chosen 
 torch-free tables in :mod:`nas.proxy` stay equal to the code they mirror."""
 import dataclasses
 import inspect
+import json
 import resource
 import subprocess
 import sys
@@ -443,6 +444,115 @@ def test_cost_options_out_of_range(capsys, option):
         assert rc == 2 and "Traceback" not in err and "Invalid value for '--seq-len'" in err, err
     else:
         one_line(rc, out, err, f"error: {option[0]} must be")
+
+
+# ---------------------------------------------------------------- markup in what commands print
+
+MARKUP = "[/bold]a[red]b[/]c[/i]"  # a closing tag that opens nothing: MarkupError if read as markup
+
+
+def markup_experiment(root: Path) -> Path:
+    """An experiment directory whose every printed string holds markup: its name, a trial's
+    summary (a real one: an ELR summary's inner spans are ``[layers 1–2 ...]``), devices,
+    the reasons of a failed and an out-of-memory trial, parameter values."""
+    from nas.cost import cost
+    from nas.graph import summary
+    from nas.load import load_arch
+    from runners.sweep.records import ExperimentRecord, Objective, Point, TrialRecord, write_json
+
+    objectives = [Objective(name="acc", direction="maximize", measured=True),
+                  Objective(name="projection_flops", direction="minimize", measured=False)]
+    (root / "trials").mkdir(parents=True)
+    write_json(root / "experiment.json", ExperimentRecord(
+        name=MARKUP, space={"name": MARKUP}, objectives=objectives, backend=f"optuna{MARKUP}", trials=4,
+        created=0.0, seq_len=256))
+    trials = []
+    for n, name in enumerate(("tiny_noloop", "tiny_elr")):
+        arch = load_arch(REPO / "spaces" / "archs" / f"{name}.yaml")
+        sheet = cost(arch, seq_len=256).to_dict()
+        trials.append(TrialRecord(
+            id=f"t{n:04d}", number=n, status="complete", arch=arch.model_dump(mode="json"), cost=sheet,
+            summary=f"{summary(arch)} [layers 1–2 ×3 (gated step)] {MARKUP}", params={"act": MARKUP},
+            points=[Point(values={"acc": 0.5 + 0.1 * n, "projection_flops": sheet["projection_flops_per_token"]})],
+            devices=[f"cpu{MARKUP}"]))
+    trials += [TrialRecord(id="t0002", number=2, status="failed", reason=f"ValueError: {MARKUP}"),
+               TrialRecord(id="t0003", number=3, status="oom", reason=f"CUDA out of memory {MARKUP}")]
+    for t in trials:
+        write_json(root / "trials" / f"{t.id}.json", t)
+    return root
+
+
+@pytest.fixture
+def wide(monkeypatch):
+    """Consoles wide enough that no table cell wraps (the texts are looked for whole)."""
+    from runners.cli import bench, common
+    for console in (common.console, bench.literal):
+        monkeypatch.setattr(console, "_width", 1000)
+
+
+def no_markup_error(rc: int, out: str, err: str, *literal: str, code: int = 0) -> None:
+    assert rc == code and "Traceback" not in out + err and "MarkupError" not in out + err, (rc, out, err)
+    for text in literal:
+        assert text in out, (text, out)
+
+
+def test_status_and_report_print_markup_literally(tmp_path, capsys, wide):
+    exp = markup_experiment(tmp_path / f"exp{MARKUP}")
+    rc, out, err = cli(capsys, "status", exp)
+    no_markup_error(rc, out, err, f"{MARKUP} (optuna{MARKUP}, 4 trials requested): 2 complete · 1 failed · 1 oom",
+                    f"cpu{MARKUP}: 2", "[layers 1–2 ×3 (gated step)]", f"t0002 failed: ValueError: {MARKUP}",
+                    f"t0003 oom: CUDA out of memory {MARKUP}")
+    assert out.count(MARKUP) >= 6, out
+    rc, out, err = cli(capsys, "status", exp, "--json")
+    assert rc == 0 and json.loads(out)["oom"] == 1, err
+    rc, out, err = cli(capsys, "report", exp)
+    no_markup_error(rc, out, err, f"{MARKUP}: 2 complete, 1 failed, 1 oom", f"report: {exp / 'report' / 'index.html'}",
+                    "[layers 1–2 ×3 (gated step)]")
+
+
+def test_sweep_prints_markup_in_its_paths_literally(tmp_path, capsys, wide, monkeypatch):
+    import runners.sweep.run
+
+    exp = markup_experiment(tmp_path / f"exp{MARKUP}")
+    monkeypatch.setattr(runners.sweep.run, "run_sweep", lambda *a, **k: exp)  # the sweep ran: what it prints
+    rc, out, err = cli(capsys, "sweep", write(tmp_path, space()), "--out", exp)
+    no_markup_error(rc, out, err, f"t0003 oom: CUDA out of memory {MARKUP}",
+                    f"experiment: {exp}   report: {exp / 'report' / 'index.html'}   (loopnas status {exp} · ")
+
+
+def test_train_prints_a_failure_reason_literally(tmp_path, capsys, wide, monkeypatch):
+    import runners.train
+    from nas.load import load_arch
+
+    arch = load_arch(REPO / "spaces" / "archs" / "tiny_noloop.yaml")
+    result = runners.train.TrainResult(status="failed", reason=f"KeyError: '{MARKUP}'", task="mqar", steps=1,
+                                       tokens=8, params=1, quality_metric="acc", higher_is_better=True,
+                                       final={f"acc{MARKUP}": 0.25}, arch=arch)
+    monkeypatch.setattr(runners.train, "train", lambda *a, **k: result)
+    rc, out, err = cli(capsys, "train", "tiny_noloop", "--task", "mqar", "--steps", "1")
+    no_markup_error(rc, out, err, f"tiny_noloop on mqar: failed (KeyError: '{MARKUP}')", f"acc{MARKUP}", code=1)
+
+
+def test_bench_prints_device_names_errors_and_paths_literally(tmp_path, capsys, wide, monkeypatch):
+    import runners.bench
+    from runners.bench.run import BenchResult, BenchRow
+
+    row = dict(context=16, batch_size=1, train_tokens_per_s=None, train_step_ms=None, train_mfu=None,
+               train_peak_memory_bytes=None, prefill_tokens_per_s=None, prefill_ms=None, decode_tokens_per_s=None,
+               decode_ms_per_token=None, peak_memory_bytes=None, cache_kv_bytes=None, cache_state_bytes=0,
+               cost_kv_bytes=0, cost_state_bytes=0, error=f"out of memory {MARKUP}")
+    result = BenchResult(spec="tiny_noloop", device="cpu", device_name=f"x86{MARKUP}", backend="torch",
+                         serving_backend=None, dtype="fp32", loops=None, torch="2", threads=1, repeats=1,
+                         decode_tokens=1, memory_method=f"profiler {MARKUP}", peak_flops=1e9,
+                         rows=[BenchRow.model_validate(row)],
+                         limits=[{"batch_size": 1, "fits": None, "fails": 16, "peak_at_fit": None,
+                                  "reason": f"stopped {MARKUP}"}])
+    monkeypatch.setattr(runners.bench, "bench", lambda *a, **k: result)
+    out_dir = tmp_path / f"b{MARKUP}"
+    rc, out, err = cli(capsys, "bench", "tiny_noloop", "--out", out_dir)
+    no_markup_error(rc, out, err, f"(x86{MARKUP})", f"batch 1, context 16: out of memory {MARKUP}",
+                    f"stopped {MARKUP}", f"peak memory: profiler {MARKUP}",
+                    f"wrote {out_dir / 'bench.json'} and {out_dir / 'bench.png'}")
 
 
 # ---------------------------------------------------------------- tables equal their code

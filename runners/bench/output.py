@@ -5,28 +5,14 @@ from pathlib import Path
 
 from rich.table import Table
 
+from nas.units import nbytes, si
+
 from .run import BenchResult
 
 PLOTTED = (("train_tokens_per_s", "training"), ("prefill_tokens_per_s", "prefill"),
            ("decode_tokens_per_s", "decode"))
 
 
-def _si(x: float | None, unit: str = "") -> str:
-    if x is None:
-        return "—"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{prefix}{unit}"
-    return f"{x:.3g}{unit}"
-
-
-def _bytes(x: int | None) -> str:
-    if x is None:
-        return "—"
-    for scale, prefix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if x >= scale:
-            return f"{x / scale:.3g}{prefix}"
-    return f"{x}B"
 
 
 def table(result: BenchResult) -> Table:
@@ -39,9 +25,9 @@ def table(result: BenchResult) -> Table:
     for col in ("batch", "context", "train", "MFU", "prefill", "decode", "ms/token"):
         t.add_column(col, justify="right", no_wrap=True)
     for r in result.rows:
-        t.add_row(str(r.batch_size), str(r.context), _si(r.train_tokens_per_s),
+        t.add_row(str(r.batch_size), str(r.context), si(r.train_tokens_per_s, digits=3),
                   "—" if r.train_mfu is None else f"{100 * r.train_mfu:.2g}%",
-                  _si(r.prefill_tokens_per_s), _si(r.decode_tokens_per_s),
+                  si(r.prefill_tokens_per_s, digits=3), si(r.decode_tokens_per_s, digits=3),
                   "—" if r.decode_ms_per_token is None else f"{r.decode_ms_per_token:.3g}")
     return t
 
@@ -54,20 +40,20 @@ def memory_table(result: BenchResult) -> Table:
         t.add_column(col, justify="right", no_wrap=True)
     for r in result.rows:
         cache = None if r.cache_kv_bytes is None else r.cache_kv_bytes + r.cache_state_bytes
-        t.add_row(str(r.batch_size), str(r.context), _bytes(r.peak_memory_bytes),
-                  _bytes(r.train_peak_memory_bytes), _bytes(cache),
-                  _bytes(r.cost_kv_bytes + r.cost_state_bytes))
+        t.add_row(str(r.batch_size), str(r.context), nbytes(r.peak_memory_bytes, digits=3),
+                  nbytes(r.train_peak_memory_bytes, digits=3), nbytes(cache, digits=3),
+                  nbytes(r.cost_kv_bytes + r.cost_state_bytes, digits=3))
     return t
 
 
 def limits_table(result: BenchResult) -> Table:
-    limit = "the device's memory" if result.memory_limit is None else _bytes(result.memory_limit)
+    limit = "the device's memory" if result.memory_limit is None else nbytes(result.memory_limit, digits=3)
     t = Table(title=f"largest context that fits (prefill + decode, doubling; limit: {limit})")
     for col in ("batch", "fits", "peak there", "fails at", "why it stopped"):
         t.add_column(col, justify="left" if col == "why it stopped" else "right",
                      no_wrap=col != "why it stopped")
     for l in result.limits:
-        t.add_row(str(l["batch_size"]), str(l["fits"] or "none"), _bytes(l["peak_at_fit"]),
+        t.add_row(str(l["batch_size"]), str(l["fits"] or "none"), nbytes(l["peak_at_fit"], digits=3),
                   str(l["fails"] or "—"), l["reason"])
     return t
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from . import app
 from .common import JsonOpt, OutOpt, SpecArg, UsageError, console, load
@@ -32,6 +33,7 @@ class Dtype(str, Enum):
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
 CPU_CONTEXTS, CUDA_CONTEXTS = "128,256,512", "1024,2048,4096,8192,16384,32768"
 CPU_MEMORY_LIMIT = 16 << 20
+literal = Console(soft_wrap=True, markup=False)  # the tables hold a spec name, a device name, an error text
 
 
 def int_list(text: str, flag: str) -> list[int]:
@@ -108,13 +110,13 @@ def bench_cmd(
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
         return
-    console.print(table(result))
-    console.print(memory_table(result))
+    literal.print(table(result))
+    literal.print(memory_table(result))
     for r in result.rows:
         if r.error:
             console.print(f"batch {r.batch_size}, context {r.context}: {r.error}", highlight=False, markup=False)
     if result.limits:
-        console.print(limits_table(result))
+        literal.print(limits_table(result))
     console.print(f"peak memory: {result.memory_method}; matmul peak {result.peak_flops / 1e9:.4g} GFLOP/s "
-                  f"({result.dtype})", highlight=False)
-    console.print(f"wrote {json_path} and {png_path}", highlight=False)
+                  f"({result.dtype})", highlight=False, markup=False)
+    console.print(f"wrote {json_path} and {png_path}", highlight=False, markup=False)

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nas.cost import DEFAULT_SEQ_LEN, CostSheet, Figures, cost
+from nas.units import nbytes, si
 
 from . import app
 from .common import (
@@ -33,30 +34,17 @@ class Dtype(str, Enum):
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Bytes per cached element.")]
 
 
-def _si(x: float, unit: str = "") -> str:
-    """4 significant digits with an SI prefix: 46.58M, 1.929P."""
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.4g}{prefix}{unit}"
-    return f"{x:.4g}{unit}"
-
-
-def _bytes(x: int) -> str:
-    for scale, prefix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if x >= scale:
-            return f"{x / scale:.4g}{prefix}"
-    return f"{x}B"
 
 
 def _figure_rows(f: Figures) -> list[tuple[str, str]]:
     p = f.projection
-    return [("projection FLOPs/token", _si(p.total)),
-            ("  mixer", _si(p.mixer)), ("  ffn", _si(p.ffn)), ("  head", _si(p.head)),
-            ("loop-extra FLOPs/token", _si(f.loop_extra_flops)),
-            ("seq-mixing FLOPs/token", _si(f.seq_mixing_flops)),
-            ("forward FLOPs/token", _si(f.forward_flops)),
-            ("KV cache/sequence", _bytes(f.kv_cache_bytes)),
-            ("state/sequence", _bytes(f.state_bytes))]
+    return [("projection FLOPs/token", si(p.total)),
+            ("  mixer", si(p.mixer)), ("  ffn", si(p.ffn)), ("  head", si(p.head)),
+            ("loop-extra FLOPs/token", si(f.loop_extra_flops)),
+            ("seq-mixing FLOPs/token", si(f.seq_mixing_flops)),
+            ("forward FLOPs/token", si(f.forward_flops)),
+            ("KV cache/sequence", nbytes(f.kv_cache_bytes)),
+            ("state/sequence", nbytes(f.state_bytes))]
 
 
 def summary(sheet: CostSheet) -> Table:
@@ -66,9 +54,9 @@ def summary(sheet: CostSheet) -> Table:
     rows = [("unique params", f"{sheet.unique_params:,}"),
             ("non-embedding params", f"{sheet.non_embedding_params:,}"),
             *_figure_rows(sheet.figures),
-            ("train FLOPs/token (3×fwd)", _si(sheet.train_flops_per_token))]
+            ("train FLOPs/token (3×fwd)", si(sheet.train_flops_per_token))]
     if sheet.train_flops is not None:
-        rows.append((f"train FLOPs, {_si(sheet.tokens)} tokens", _si(sheet.train_flops)))
+        rows.append((f"train FLOPs, {si(sheet.tokens)} tokens", si(sheet.train_flops)))
     for name, value in rows:
         table.add_row(name, value)
     return table
@@ -95,8 +83,8 @@ def breakdown(sheet: CostSheet) -> Table:
         table.add_column(col, justify="left" if col in ("sublayer", "kind") else "right", no_wrap=True)
     for r in ops[:MAX_ROWS]:
         table.add_row(f"{r.layer}.{r.op}", r.kind, f"{r.params:,}", str(r.applications),
-                      _si(r.projection_flops), _si(r.seq_mixing_flops),
-                      _bytes(r.kv_cache_bytes), _bytes(r.state_bytes))
+                      si(r.projection_flops), si(r.seq_mixing_flops),
+                      nbytes(r.kv_cache_bytes), nbytes(r.state_bytes))
     return table
 
 
@@ -105,7 +93,7 @@ def extras(sheet: CostSheet) -> Table:
     for col in ("parameter", "params", "FLOPs"):
         table.add_column(col, justify="left" if col == "parameter" else "right", no_wrap=True)
     for e in sheet.figures.extras:
-        table.add_row(e.name, f"{e.params:,}", _si(e.flops))
+        table.add_row(e.name, f"{e.params:,}", si(e.flops))
     return table
 
 

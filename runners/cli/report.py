@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from . import app
@@ -17,20 +18,20 @@ ExpArg = Annotated[Path, typer.Argument(help="Experiment directory written by `l
 def front_table(exp) -> Table:
     """The front, cheapest projection compute first; the knee marked ★. The quality and
     serving objectives have a column each; cost objectives appear among the cost columns."""
-    from runners.report.axes import nbytes, si
+    from nas.units import nbytes, si
     from runners.report.page import plural, value_text
     measured = [o for o in exp.objectives if o.quality] + [o for o in exp.objectives if o.serving]
-    table = Table(title=f"{exp.record.name}: Pareto front ({len(exp.front)} of "
+    table = Table(title=f"{escape(exp.record.name)}: Pareto front ({len(exp.front)} of "
                         f"{plural(len(exp.rows), 'point')}; ★ knee)")
     table.add_column("trial", no_wrap=True)
     for col in (*(o.name for o in measured), "proj FLOPs/tok", "params", f"memory@{exp.seq_len}"):
-        table.add_column(col, justify="right", no_wrap=True)
+        table.add_column(escape(col), justify="right", no_wrap=True)
     table.add_column("architecture", ratio=1, min_width=20)
     for i in sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label)):
         r = exp.rows[i]
-        table.add_row(r.label + (" ★" if i == exp.knee else ""),
-                      *(value_text(o, r.values[o.name]) for o in measured),
-                      si(r.compute), si(r.params), nbytes(r.memory), r.summary)
+        table.add_row(escape(r.label) + (" ★" if i == exp.knee else ""),
+                      *(escape(value_text(o, r.values[o.name])) for o in measured),
+                      si(r.compute), si(r.params), nbytes(r.memory), escape(r.summary))
     return table
 
 
@@ -65,11 +66,11 @@ def report_cmd(experiment: ExpArg, seq_len: SeqLenOpt = None) -> None:
                                        f"run  loopnas report {experiment}  again")) from None
     exp = report.experiment
     counts = ", ".join(f"{n} {s}" for s, n in sorted(exp.counts.items())) or "no trials yet"
-    console.print(f"{exp.record.name}: {counts}", highlight=False)
+    console.print(f"{exp.record.name}: {counts}", highlight=False, markup=False)
     if exp.rows:
         console.print(front_table(exp))
     else:
         console.print("no complete trials with evaluated points yet: the report has no charts")
     for line in exp.excluded:
         console.print(f"left out: {line}", highlight=False, markup=False)
-    console.print(f"report: {report.index}", highlight=False, soft_wrap=True)
+    console.print(f"report: {report.index}", highlight=False, soft_wrap=True, markup=False)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from . import app
@@ -68,12 +69,13 @@ def print_status(exp_dir: Path) -> None:
     data = status_data(exp_dir)
     warn_unreadable(data)
     counts = " · ".join(f"{data[s]} {s}" for s in STATUSES if data[s])
-    console.print(f"[bold]{data['experiment']}[/bold] ({data['backend']}, {data['requested']} trials requested): "
+    console.print(f"[bold]{escape(data['experiment'])}[/bold] ({escape(data['backend'])}, {data['requested']} "
+                  "trials requested): "
                   f"{counts or 'no trials yet'}"
                   + (f" · {data['elastic_trials']} elastic trials (one point per loop count)" if data["elastic_trials"] else ""))
     if data["devices"]:
         console.print("trials per device: " + " · ".join(f"{d}: {n}" for d, n in data["devices"].items()),
-                      highlight=False)
+                      highlight=False, markup=False)
     console.print(f"study: {data['storage']}", markup=False, highlight=False)
     if not data["front"]:
         console.print("no complete trial yet: no front")
@@ -85,7 +87,7 @@ def print_status(exp_dir: Path) -> None:
             table.add_column("k", justify="right")
         for o in data["objectives"]:
             arrow = "↑" if o["direction"] == "maximize" else "↓"
-            table.add_column(f"{o['name']} {arrow}", justify="right")
+            table.add_column(f"{escape(o['name'])} {arrow}", justify="right")
         noisy = data["seeds"] > 1
         if noisy:
             table.add_column("p_front", justify="right")
@@ -93,12 +95,13 @@ def print_status(exp_dir: Path) -> None:
         for p in data["front"]:
             extra = [f"{p['p_front']:.2f}{' ≈' if p['tied'] else ''}" if p["p_front"] is not None else "?"] if noisy else []
             k = ["" if p["k"] is None else str(p["k"])] if elastic else []
-            table.add_row(p["trial"], *k,
+            table.add_row(escape(p["trial"]), *k,
                           *[_fmt(p["values"][o["name"]], p["se"][o["name"]]) for o in data["objectives"]],
-                          *extra, p["summary"] or "", )
+                          *extra, escape(p["summary"] or ""))
         console.print(table)
         tied = any(p["tied"] for p in data["front"])
-        console.print(data["noise"] + (" (≈: within noise of a neighbour)" if tied else ""), highlight=False)
+        console.print(data["noise"] + (" (≈: within noise of a neighbour)" if tied else ""), highlight=False,
+                      markup=False)
     for f in data["failures"][:5]:
         console.print(f"{f['trial']} {f['status']}: {f['reason']}", highlight=False, markup=False)
 

@@ -63,4 +63,4 @@ def sweep_cmd(
         raise UsageError(write_problem(exc, f"the sweep is complete, but its report cannot be written in "
                                             f"{path / 'report'}", f"run  loopnas report {path}")) from None
     console.print(f"experiment: {path}   report: {report.index}   (loopnas status {path} · "
-                  f"loopnas export {path} --pick knee --out exported)", highlight=False)
+                  f"loopnas export {path} --pick knee --out exported)", highlight=False, markup=False)

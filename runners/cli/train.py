@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 import yaml
+from rich.markup import escape
 from rich.table import Table
 
 from . import app
@@ -124,8 +125,8 @@ def check_init(path: Path) -> Path:
 
 
 def report(result) -> Table:
-    table = Table(title=f"{result.arch.name} on {result.task}: {result.status}"
-                        + (f" ({result.reason})" if result.reason else ""))
+    table = Table(title=escape(f"{result.arch.name} on {result.task}: {result.status}"
+                               + (f" ({result.reason})" if result.reason else "")))
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = [("steps", result.steps), ("tokens", result.tokens), ("params", result.params)]
@@ -138,7 +139,7 @@ def report(result) -> Table:
               f"{p.quality:.4f} / {p.compute:.4g}") for p in result.elastic]
     rows.append(("wall time (s)", result.wall_time))
     for name, value in rows:
-        table.add_row(str(name), f"{value:.4f}" if isinstance(value, float) else str(value))
+        table.add_row(escape(str(name)), f"{value:.4f}" if isinstance(value, float) else escape(str(value)))
     return table
 
 

@@ -5,13 +5,7 @@ from nas.cost import CostSheet
 from nas.graph import describe
 from nas.plan import applications
 from nas.spec import ArchSpec, OpAddr
-
-
-def _si(x: float) -> str:
-    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.4g}{prefix}"
-    return f"{x:.4g}"
+from nas.units import si
 
 
 def _layers(arch: ArchSpec, loops: int | None) -> str:
@@ -86,7 +80,7 @@ width {arch.model.width}, vocabulary {arch.model.vocab_size}, {sheet.unique_para
 
 {_loops(arch, loops)}
 
-Projection compute {_si(fig.projection.total)} FLOPs/token, forward {_si(fig.forward_flops)} FLOPs/token
+Projection compute {si(fig.projection.total)} FLOPs/token, forward {si(fig.forward_flops)} FLOPs/token
 at context {sheet.seq_len}; the full cost sheet is `cost.json`, the canonical spec `spec.yaml`.
 
 ## Loading

@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 
+from nas.units import nbytes, si
+
 from .data import Experiment, Row
 
 
@@ -59,21 +61,6 @@ def serving_axes(exp: Experiment) -> list[Axis]:
         unit = "B" if metric.endswith("bytes") else ""
         out.append(Axis(o.name, title, o.name, stem, unit, o.direction))
     return out
-
-
-def si(x: float) -> str:
-    """4 significant digits with an SI prefix: 46.58M, 1.929G."""
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.4g}{prefix}"
-    return f"{x:.4g}"
-
-
-def nbytes(x: float) -> str:
-    for scale, prefix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if x >= scale:
-            return f"{x / scale:.4g} {prefix}"
-    return f"{x:.0f} B"
 
 
 def quality_title(exp: Experiment) -> str:

@@ -6,7 +6,8 @@ import io
 import time
 from html import escape
 
-from .axes import nbytes, si
+from nas.units import nbytes, si
+
 from .data import Experiment, Row
 
 CSS = """

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from nas.cost import CostSheet
 from nas.spec import ArchSpec
+from nas.units import si
 
-from ..readme import _layers, _si
+from ..readme import _layers
 
 
 def native_readme(arch: ArchSpec, sheet: CostSheet, *, family: str, architecture: str, how: str,
@@ -33,7 +34,7 @@ transformers' model).{desc}
 
 No loop regions: every layer runs once, as the family does.
 
-Projection compute {_si(fig.projection.total)} FLOPs/token, forward {_si(fig.forward_flops)} FLOPs/token
+Projection compute {si(fig.projection.total)} FLOPs/token, forward {si(fig.forward_flops)} FLOPs/token
 at context {sheet.seq_len}; the full cost sheet is `cost.json`, the loopnas spec `spec.yaml`
 (`loopnas import config.json` gives it back).
 
