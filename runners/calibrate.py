@@ -288,13 +288,11 @@ def analyse(space: Space, dirs: list[Path], budgets: tuple[float, ...], seeds: i
 
 def write(cal: Calibration, out: Path) -> list[Path]:
     """``calibration.json``, ``calibration.md`` and ``calibration.png`` in ``out``."""
-    from runners.sweep.records import write_json
+    from runners.sweep.records import write_json, write_text
 
     paths = [out / "calibration.json", out / "calibration.md", out / "calibration.png"]
     write_json(paths[0], cal)
-    tmp = paths[1].with_name(".calibration.md.tmp")
-    tmp.write_text(markdown(cal))
-    tmp.replace(paths[1])
+    write_text(paths[1], markdown(cal))
     figure(cal, paths[2])
     return paths
 

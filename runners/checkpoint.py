@@ -1,4 +1,4 @@
-"""The one place loopnas writes and reads checkpoints.
+"""The one place loopnas writes and reads checkpoints, and its one atomic file write.
 
 A checkpoint holds plain data only: tensors, numbers, strings, and dicts, lists and tuples
 of them (specs and configs as their JSON dumps). So :func:`load` always unpickles with
@@ -8,10 +8,13 @@ imported inside the functions, so the CLI can name :class:`CheckpointError` with
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import tempfile
 import warnings
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,38 @@ _PLAIN = (str, bytes, int, float, bool, type(None))
 
 class CheckpointError(ValueError):
     """A file that cannot be loaded as a loopnas checkpoint: one line, exit code 2."""
+
+
+@contextlib.contextmanager
+def atomic(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write to; it replaces ``path`` when the block
+    ends, so readers see the old file or the new one, never half of either. A failed write
+    (a full disk, an exception) leaves the old file and no temporary file behind."""
+    path = Path(path)
+    # an unpredictable name (no one can plant a symlink there first), with the permissions
+    # a plain open would give (mkstemp's are 0600); os.replace swaps a symlink at ``path``
+    # itself, never its target
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`atomic`)."""
+    with atomic(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def _plain(value: Any, where: str) -> Any:
@@ -55,10 +90,8 @@ def save(path: str | Path, payload: dict[str, Any]) -> None:
     """Write atomically: a crash mid-write never leaves a torn checkpoint."""
     import torch
 
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(_plain(payload, "checkpoint"), tmp)
-    os.replace(tmp, path)
+    with atomic(path) as tmp:
+        torch.save(_plain(payload, "checkpoint"), tmp)
 
 
 def load(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
@@ -92,4 +125,4 @@ def _unreadable(path: str | Path, exc: Exception) -> str:
             f"{type(exc).__name__})")
 
 
-__all__ = ["CHECKPOINT", "RESULT", "CheckpointError", "save", "load"]
+__all__ = ["CHECKPOINT", "RESULT", "CheckpointError", "atomic", "load", "save", "write_text"]

@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -28,11 +27,13 @@ from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from builders.model import build_model
-from nas.load import resolve
-from nas.spec import ArchSpec
 from nas.elastic import before_switch, switch_step
+from nas.load import resolve
 from nas.proxy import CurriculumConfig, TrainConfig
-from runners.checkpoint import CHECKPOINT, RESULT, load as load_checkpoint, save as save_checkpoint
+from nas.spec import ArchSpec
+from runners.checkpoint import CHECKPOINT, RESULT, write_text
+from runners.checkpoint import load as load_checkpoint
+from runners.checkpoint import save as save_checkpoint
 from runners.elastic import loop_groups, projection_compute, step_dist, train_dist
 from runners.tasks import Curriculum, Task, make_task
 
@@ -376,9 +377,7 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
         wall_time=time.perf_counter() - start, arch=proxy,
     )
     if out is not None:
-        tmp = out / (RESULT + ".tmp")
-        tmp.write_text(result.model_dump_json(indent=2))
-        os.replace(tmp, out / RESULT)  # readers never see a half-written result
+        write_text(out / RESULT, result.model_dump_json(indent=2))  # readers never see half a result
     return result
 
 

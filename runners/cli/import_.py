@@ -20,24 +20,13 @@ def write_spec(out: Path, text: str) -> None:
     """Write ``text`` to ``out`` and nowhere else: into a temporary file beside it, then
     renamed over it (a symlink at ``out`` is replaced, not followed; a failed write leaves
     no partial file). Missing parent folders are made, and removed again if the write fails."""
-    import os
-    import tempfile
+    from runners.checkpoint import write_text
 
     made = [p for p in (out.parent, *out.parent.parents) if not p.exists()]
-    tmp = None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> what a plain open would give
-        os.replace(tmp, out)
-        tmp = None
+        write_text(out, text)
     except BaseException:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
         for folder in made:  # innermost first
             try:
                 folder.rmdir()

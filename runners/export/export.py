@@ -29,7 +29,7 @@ from nas.cost import DEFAULT_SEQ_LEN, cost, unique_params
 from nas.load import dump_yaml, load_spec, resolve
 from nas.lower import lower
 from nas.spec import ArchSpec, MatchSpec
-from runners.checkpoint import CHECKPOINT, RESULT
+from runners.checkpoint import CHECKPOINT, RESULT, write_text
 
 from . import native, vendor
 from .pick import Choice, ExportError, Pick, choose
@@ -126,9 +126,7 @@ def _previous(out: Path) -> list[str]:
 
 
 def _write_manifest(out: Path, files: list[str]) -> None:
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps({"format": 1, "files": sorted(set(files))}, indent=1) + "\n")
-    os.replace(tmp, out / MANIFEST)
+    write_text(out / MANIFEST, json.dumps({"format": 1, "files": sorted(set(files))}, indent=1) + "\n")
 
 
 def _remove(out: Path, name: str) -> None:

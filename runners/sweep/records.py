@@ -25,6 +25,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runners.checkpoint import (
+    write_text,  # the one atomic write (re-exported: records use it)
+)
+
 Status = Literal["running", "complete", "pruned", "infeasible", "duplicate", "failed", "timeout", "oom"]
 Direction = Literal["minimize", "maximize"]
 EXPERIMENT = "experiment.json"
@@ -168,21 +172,6 @@ class Unreadable:
 
     def __str__(self) -> str:
         return f"{self.path}: unreadable trial record ({self.why})"
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write atomically: readers see the old file or the new one, never half of either. A
-    failed write (a full disk) leaves the old file and no temporary file behind."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise
 
 
 def write_json(path: Path, data: BaseModel | dict) -> None:
