@@ -18,9 +18,7 @@ import torch.nn.functional as F
 from builders.ops import conv as conv_ops
 from builders.ops.conv import causal_conv1d
 from builders.ops.linear import (
-    CPU_MAX_CHUNK,
-    CPU_ONE_CHUNK_MAX_T,
-    CPU_RECURRENT_MAX_T,
+    CPU_RULES,
     MAX_CHUNK,
     chunk_delta_rule,
     chunk_gated_delta_rule,
@@ -306,19 +304,19 @@ def test_low_precision_inputs_keep_dtype_and_compute_in_f32():
 RULE_TS = [1, 2, 3, 8, 17, 64, 100]
 
 
-@pytest.mark.parametrize("T", RULE_TS + [32, 33, 48, 512], ids=lambda t: f"T{t}")
+@pytest.mark.parametrize("T", RULE_TS + [4, 5, 16, 32, 48, 49, 65, 512], ids=lambda t: f"T{t}")
 def test_chunk_size_rule_pads_under_one_token_per_chunk(T):
-    for device, per_channel in itertools.product(("cpu", "cuda"), (False, True)):
-        C = chunk_size_for(T, device, per_channel)
-        if device == "cpu" and T <= CPU_RECURRENT_MAX_T:
+    for device, kind in itertools.product(("cpu", "cuda"), CPU_RULES):
+        C = chunk_size_for(T, device, kind)
+        recurrent_max_t, one_chunk_max_t, cpu_largest = CPU_RULES[kind]
+        if device == "cpu" and T <= recurrent_max_t:
             assert C == 0
-            continue
-        if device == "cpu" and not per_channel and T <= CPU_ONE_CHUNK_MAX_T:
+        elif device == "cpu" and T <= one_chunk_max_t:
             assert C == T
-            continue
-        largest = CPU_MAX_CHUNK if device == "cpu" else MAX_CHUNK
-        n = -(-T // C)
-        assert 0 < C <= largest and n == -(-T // largest) and n * C - T < n
+        else:
+            largest = cpu_largest if device == "cpu" else MAX_CHUNK
+            n = -(-T // C)
+            assert 0 < C <= largest and n == -(-T // largest) and n * C - T < n
 
 
 def _rule_cases():

@@ -30,24 +30,29 @@ from builders.ops.norm import l2_norm
 _SUB_CHUNK = 4  # at least; about sqrt(C), which minimises (C/s + s)
 
 
-# Measured by benchmarks/bench_chunk_size.py (results/bench_chunk_size.md), float32, one thread:
-CPU_MAX_CHUNK = 16  # on CPU a split sequence's chunks hold at most this many tokens
-CPU_ONE_CHUNK_MAX_T = 32  # scalar decays: up to this many tokens run as one chunk (no state hand-off)
-CPU_RECURRENT_MAX_T = 2  # up to this many tokens the token recurrence is faster on CPU
-MAX_CHUNK = 64  # elsewhere (the torch backend on a GPU)
+# Measured by benchmarks/bench_chunk_size.py (results/bench_chunk_size.md), float32, one thread.
+# On CPU, per kind of op: the token recurrence up to T tokens, then one chunk of T tokens up to
+# T (no state hand-off at all), then the fewest even chunks of at most the largest chunk.
+CPU_RULES = {  # kind: (recurrence up to T, one chunk up to T, largest chunk)
+    "delta": (2, 64, 16),  # GDN and the delta rule (scalar decay)
+    "kda": (4, 16, 8),  # per-key-channel decay: its Gram matrices cost C/s + s per entry
+    "ssd": (1, 48, 16),  # Mamba2's SSD (scalar decay, no solve)
+}
+MAX_CHUNK = 64  # elsewhere (the torch backend on a GPU): even chunks of at most this
 
 
-def chunk_size_for(T: int, device_type: str = "cpu", per_channel: bool = False) -> int:
+def chunk_size_for(T: int, device_type: str = "cpu", kind: str = "delta") -> int:
     """The chunk size of a ``T``-token sequence when an op is given ``chunk_size=None``; 0: the
-    token recurrence. The fewest chunks of at most the largest size, split evenly, so padding
-    is under one token per chunk; on CPU a scalar-decay op (``per_channel=False``: GDN, the
-    delta rule, SSD) takes a sequence of up to ``CPU_ONE_CHUNK_MAX_T`` tokens as one chunk,
-    a per-channel one (KDA, whose Gram matrices cost ``C/s + s`` per entry) does not."""
-    if device_type == "cpu" and T <= CPU_RECURRENT_MAX_T:
-        return 0
-    if device_type == "cpu" and not per_channel and T <= CPU_ONE_CHUNK_MAX_T:
-        return T
-    largest = CPU_MAX_CHUNK if device_type == "cpu" else MAX_CHUNK
+    token recurrence. ``kind``: ``"delta"`` (GDN, the delta rule), ``"kda"`` or ``"ssd"``
+    (:data:`CPU_RULES`). Split sequences take the fewest chunks of at most the largest size,
+    split evenly, so padding is under one token per chunk."""
+    largest = MAX_CHUNK
+    if device_type == "cpu":
+        recurrent_max_t, one_chunk_max_t, largest = CPU_RULES[kind]
+        if T <= recurrent_max_t:
+            return 0
+        if T <= one_chunk_max_t:
+            return T
     return -(-T // -(-T // largest))  # ceil(T / the number of chunks)
 
 
@@ -181,7 +186,7 @@ def _chunk_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use
     """Shared chunked delta rule; g: (B, T, HV, 1) scalar or (B, T, HV, K) per-channel log decay."""
     _, T, HV, V = v.shape
     if chunk_size is None:
-        chunk_size = chunk_size_for(T, v.device.type, per_channel=g.shape[-1] > 1)
+        chunk_size = chunk_size_for(T, v.device.type, "kda" if g.shape[-1] > 1 else "delta")
     if chunk_size == 0:
         return _recurrent_delta(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm)
     K = q.shape[-1]
@@ -227,7 +232,7 @@ def chunk_gated_delta_rule(
         scale: defaults to ``K ** -0.5``.
         initial_state: ``(B, HV, K, V)``.
         chunk_size: tokens per chunk; ``None``: :func:`chunk_size_for` of T, the device and
-            the decay's kind; ``0``: the token recurrence.
+            the op; ``0``: the token recurrence.
 
     Returns:
         ``o (B, T, HV, V)`` in v's dtype and the final ``(B, HV, K, V)`` state (float32 or
@@ -304,7 +309,7 @@ def chunk_ssd(
         ``y (B, T, H, P)`` in x's dtype and the final ``(B, H, P, N)`` state if asked.
     """
     T = x.shape[1]
-    chunk_size = chunk_size_for(T, x.device.type) if chunk_size is None else chunk_size
+    chunk_size = chunk_size_for(T, x.device.type, "ssd") if chunk_size is None else chunk_size
     if chunk_size == 0:
         return recurrent_ssd_ref(x, dt, A, B, C, D, initial_state, output_final_state)
     dtype = _compute_dtype(x)
