@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from builders import fast
 from builders.model import LoopLM, build_model
 from nas.cost import Figures, cost, counts, op_active_params, projection_flops, unique_params
 from nas.errors import SpecError
@@ -381,7 +382,9 @@ class Measured(NamedTuple):
 
 def run_counted(model: LoopLM, ids: torch.Tensor, loops: int | None) -> tuple[int, dict[str, dict[str, int]]]:
     """Total FLOPs and FLOPs by module name (``layers.0.mixer.q_proj``) and aten op."""
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    # the plain op-per-module forms: the fused CPU fast paths compute the same function but
+    # run several modules' weights in one matmul, which the counter cannot attribute
+    with torch.no_grad(), fast.reference_paths(), FlopCounterMode(display=False) as counter:
         model(ids, loops=loops)
     root = type(model).__name__ + "."
     by_module = {name.removeprefix(root): {str(op): f for op, f in ops.items()}

@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from builders import fast
 from builders.cache import advance
 from builders.layers.fla_runtime import install_interpreter_shims, require
 from builders.ops.conv import causal_conv1d
@@ -152,11 +153,14 @@ class _ConvQKV(nn.Module):
         as one (the same parameters concatenated): on a CPU the small ops' overhead, not
         their FLOPs, is what a proxy step spends."""
         projs = (self.q_proj, self.k_proj, self.v_proj, *extra)
+        if fast.enabled():
+            y = F.linear(x, torch.cat([p.weight for p in projs]), _cat_bias(projs))
+        else:  # builders.fast.reference_paths: one nn.Linear call per projection
+            y = torch.cat([p(x) for p in projs], -1)
         qkv_dim = 2 * self.key_dim + self.value_dim
-        y = F.linear(x, torch.cat([p.weight for p in projs]), _cat_bias(projs)) if len(projs) > 1 else self.q_proj(x)
         qkv, rest = y[..., :qkv_dim], y[..., qkv_dim:].split([p.out_features for p in extra], -1)
         convs = (self.q_conv1d, self.k_conv1d, self.v_conv1d) if self.use_short_conv else ()
-        fused = bool(convs) and cache is None and len({c.activation for c in convs}) == 1
+        fused = bool(convs) and cache is None and len({c.activation for c in convs}) == 1 and fast.enabled()
         if fused:
             bias = torch.cat([c.bias for c in convs]) if self.conv_bias else None
             qkv = causal_conv1d(qkv, torch.cat([c.weight for c in convs]), bias, convs[0].activation)

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from builders import fast
+
 _ACTIVATIONS = {None: None, "silu": F.silu, "swish": F.silu}
 
 
@@ -27,7 +29,7 @@ def causal_conv1d(
         ``(B, T, D)``; position ``t`` only sees ``x[:t + 1]`` (zero left padding).
     """
     act = _ACTIVATIONS[activation]
-    if x.device.type == "cpu":
+    if x.device.type == "cpu" and fast.enabled():
         # oneDNN's depthwise conv costs several times the shifted sums at the proxies' shapes
         y = _ShiftedConv.apply(x, weight.reshape(weight.shape[0], -1).to(x.dtype))
         y = y if bias is None else y + bias.to(y.dtype)
