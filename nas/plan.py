@@ -79,6 +79,29 @@ def unroll(nodes: tuple[Node, ...], path: tuple[tuple[int, int], ...] = ()
                 yield from unroll(n.body, path + ((n.index, t),))
 
 
+_SCHEDULES: dict[int, tuple[tuple, dict[tuple[int, int], list], frozenset[int]]] = {}
+
+
+def _schedule_index(schedule: tuple) -> tuple[dict[tuple[int, int], list], frozenset[int]]:
+    """A region's schedule by (layer, iteration), and the layers it names; built once per
+    schedule (LT2's coarse-to-fine has an entry per attention mixer and iteration, and
+    every application of every mixer looks its own up)."""
+    hit = _SCHEDULES.get(id(schedule))
+    if hit is None or hit[0] is not schedule:
+        if len(_SCHEDULES) >= 256:  # one sweep prices many candidates: stay bounded
+            _SCHEDULES.clear()
+        by_key: dict[tuple[int, int], list] = {}
+        for o in schedule:
+            by_key.setdefault((o.layer, o.iteration), []).append(o)
+        hit = _SCHEDULES[id(schedule)] = (schedule, by_key, frozenset(o.layer for o in schedule))
+    return hit[1], hit[2]
+
+
+def schedules_layer(r: LoopRegion, layer: int) -> bool:
+    """Whether region ``r``'s schedule has an entry for ``layer``'s mixer."""
+    return bool(r.schedule) and layer in _schedule_index(r.schedule)[1]
+
+
 def iteration_overrides(arch: ArchSpec, layer: int, path) -> dict:
     """The loop-level schedule one application of ``layer``'s mixer runs with, given its
     loop path ``((region index, iteration), ...)`` outermost first: each region's entry for
@@ -86,9 +109,9 @@ def iteration_overrides(arch: ArchSpec, layer: int, path) -> dict:
     window) and ``topk``. The executor, the graph and the cost model all read this."""
     out: dict = {}
     for r_idx, t in path:
-        for o in arch.loops[r_idx].schedule:
-            if o.layer == layer and o.iteration == t:
-                out.update({k: v for k, v in (("window", o.window), ("topk", o.topk)) if v is not None})
+        schedule = arch.loops[r_idx].schedule
+        for o in _schedule_index(schedule)[0].get((layer, t), ()) if schedule else ():
+            out.update({k: v for k, v in (("window", o.window), ("topk", o.topk)) if v is not None})
     return out
 
 
@@ -184,5 +207,5 @@ def applications(arch: ArchSpec, loops: int | None = None) -> dict[OpAddr, int]:
 
 
 __all__ = ["Step", "Loop", "Node", "plan", "unroll", "max_loops", "iteration_overrides", "applications", "flat_counts",
-           "per_loop_rows", "loop_count_problem", "check_loops",
+           "schedules_layer", "per_loop_rows", "loop_count_problem", "check_loops",
            "total_applications", "run_counts", "application_cap_problem", "outer_first"]

@@ -5,8 +5,9 @@ sublayer coloured by op kind; each loop region is a bracket (or, around a single
 sublayer, an arc) at the right, labelled ``×T`` and its update rule, nested regions
 further out; ELR forms get prelude / recurrent / coda bands at the left.
 
-``render(arch, path)`` picks the format from the suffix: ``.png``, ``.svg`` (drawn),
-``.dot`` (Graphviz text), ``.mmd`` / ``.mermaid`` (Mermaid text).
+``render(arch, path)`` picks the format from the suffix: ``.png``, ``.svg`` (drawn; past
+:data:`nas.graph.MAX_DRAWN` layers, the middle ones as one box: :func:`nas.graph.elide`),
+``.dot`` (Graphviz text), ``.mmd`` / ``.mermaid`` (Mermaid text), every sublayer.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch, Rectangle
 
-from nas.graph import COLORS, LOOP_COLORS, PARTS, folded_graph, to_dot, to_mermaid
+from nas.graph import COLORS, LOOP_COLORS, PARTS, elide, folded_graph, to_dot, to_mermaid
 from nas.spec import ArchSpec
 
 FORMATS = {".png": "png", ".svg": "svg", ".dot": "dot", ".mmd": "mermaid", ".mermaid": "mermaid"}
@@ -184,7 +185,7 @@ def render(arch: ArchSpec, path: str | Path) -> Path:
     elif fmt == "mermaid":
         path.write_text(to_mermaid(g), encoding="utf-8")
     else:
-        draw(g).savefig(path, format=fmt, dpi=150, bbox_inches="tight", facecolor="white")
+        draw(elide(g)).savefig(path, format=fmt, dpi=150, bbox_inches="tight", facecolor="white")
     return path
 
 

@@ -230,10 +230,6 @@ BIG_LOOPS = {  # the most regions; a loop with parts; a schedule entry per mixer
 }
 BIG_SECONDS = 20  # of CPU: generous for a shared CI machine; a quiet one takes under 5 (printed)
 PENDING = {  # quadratic outside the files this test was written with, and the fix each needs
-    "cost": ("coarse_to_fine", "nas.plan.iteration_overrides and nas.cost.counting.mixer_settings scan every "
-                               "schedule entry per mixer application (13 s CPU)"),
-    "graph.png": ("*", "runners.render draws all 8192 sublayers (minutes, 2.6 GB); it must draw "
-                       "nas.graph.elide(folded_graph(arch)), 1-2 s"),
 }
 
 

@@ -7,7 +7,7 @@ import itertools
 import math
 from typing import NamedTuple
 
-from ..plan import flat_counts, iteration_overrides
+from ..plan import flat_counts, iteration_overrides, schedules_layer
 from ..spec import ArchSpec, AttnSpec, DSASpec, NSASpec, Spec, SwitchSpec
 
 # ops as run (schedule overrides here, per-op profiles in .sheet, which clears it at 2**16)
@@ -84,7 +84,7 @@ def mixer_settings(arch: ArchSpec, layer: int, c: Counts) -> list[tuple[int, Spe
     the applications; iterations beyond a schedule (elastic k > T) run the mixer as is."""
     mixer, apps = arch.layers[layer].mixer, c.apps[2 * layer]
     regs = sorted((r.start.flat - r.end.flat, j, t) for j, (r, t) in enumerate(zip(arch.loops, c.T))
-                  if r.start.flat <= 2 * layer <= r.end.flat and any(o.layer == layer for o in r.schedule))
+                  if r.start.flat <= 2 * layer <= r.end.flat and schedules_layer(r, layer))
     if not regs:
         return [(apps, mixer)]
     share = apps // math.prod(t for _, _, t in regs)
