@@ -142,8 +142,6 @@ class LoopLM(nn.Module):
         self._held: list[int] | None = None  # the pattern training forward passes run, when held
         self.reset_parameters()
 
-    # ------------------------------------------------------------ init
-
     def unrolled_depth(self) -> int:
         """Sublayer applications in one forward pass at the spec's loop counts."""
         return total_applications(self.arch)
@@ -174,8 +172,6 @@ class LoopLM(nn.Module):
     def conditioning_parameters(self) -> list[nn.Parameter]:
         """Every region's loop-conditioning tables (ELR's zero-initialised heads)."""
         return [p for extras in self.loops for p in extras.conditioning_parameters()]
-
-    # ------------------------------------------------------------ execution
 
     def plan(self, loops: int | None = None) -> tuple[Node, ...]:
         if loops not in self._plans:
@@ -322,8 +318,6 @@ class LoopLM(nn.Module):
         ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
         loss = ce + aux_loss if aux_loss is not None else ce
         return LMOutput(logits=logits, loss=loss, ce_loss=ce, aux_loss=aux_loss)
-
-    # ------------------------------------------------------------ decoding
 
     @torch.no_grad()
     def prefill(self, input_ids: torch.Tensor, loops: int | None = None,

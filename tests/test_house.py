@@ -30,3 +30,15 @@ def test_cost_value_is_the_sheet_value_at_every_k(metric):
         expected = float(by_attr(sheet.figures if k is None else sheet.at(k)))
         assert cost_value(arch, metric, 256, k=k) == pytest.approx(expected)
         assert sheet_value(sheet.to_dict(), metric, k) == pytest.approx(expected)
+
+
+def test_no_section_banners_in_library_code():
+    """House style: a module too long to read without '# ----' banners is split instead."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    banners = [f"{p.relative_to(root)}:{i}" for top in ("nas", "builders", "runners", "spaces")
+               for p in sorted((root / top).rglob("*.py"))
+               for i, line in enumerate(p.read_text().splitlines(), 1) if re.match(r"\s*# -{5,}", line)]
+    assert banners == []
