@@ -121,6 +121,8 @@ def test_a_sweeps_report_shows_the_calibration(tmp_path):
     shutil.copytree(out / "budget-1x", exp, dirs_exist_ok=True)  # the sweep's experiment beside it
     html = write_report(exp).index.read_text()
     assert "Calibration: can the proxy see each axis?" in html and "boundary" in html
+    # the per-context rows with their level means, as in calibration.md
+    assert "<td>ffn=96</td>" in html and "levels: mean ± s.e." in html
 
 
 ELASTIC = """\

@@ -113,19 +113,21 @@ def _calibration(exp: Experiment) -> str:
     ``EXP/calibration/`` or the space's default calibration directory."""
     from html import escape
 
-    from runners.calibrate import CALIBRATION, find
+    from runners.calibrate import CALIBRATION, COLUMNS, find, rows
 
     cal = (find(exp.dir) if exp.dir else None) or find(Path("runs") / exp.record.name)
     if cal is None:
         return ""
-    cell = lambda x: "—" if x is None or x != x else f"{x:.3g}"  # noqa: E731
-    rows = "".join(f"<tr><td>{escape(a.param)}</td><td class='num'>{cell(a.effect)}</td>"
-                   f"<td class='num'>{cell(a.se)}</td><td class='num'>{cell(a.p_value)}</td>"
-                   f"<td><b>{'yes' if a.separates else 'no'}</b></td><td>{escape(a.verdict)}</td></tr>"
-                   for a in cal.axes)
-    return (f"<p>{cal.candidates} candidates × {cal.seeds} seeds on {escape(cal.metric)} "
-            f"(<code>{CALIBRATION}/calibration.md</code>):</p><table><tr><th>parameter</th><th>effect</th>"
-            f"<th>s.e.</th><th>p</th><th>separates</th><th>verdict</th></tr>{rows}</table>")
+    budget = cal.budgets[-1]
+    head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{'<b>' + escape(c) + '</b>' if axis and i in (0, 6) else escape(c)}</td>"
+                                    for i, c in enumerate(cells)) + "</tr>"
+                   for axis, cells in rows(budget.axes))
+    verdicts = "".join(f"<li><code>{escape(a.param)}</code>: {escape(a.verdict)}</li>" for a in budget.axes)
+    return (f"<p>{cal.candidates} candidates × {cal.seeds} seeds at {budget.steps} steps on "
+            f"{escape(cal.metric)} (<code>{CALIBRATION}/calibration.md</code>; an axis separates when "
+            f"p &lt; 0.01 and its effect exceeds 3 standard errors):</p><table><tr>{head}</tr>{body}</table>"
+            f"<ul>{verdicts}</ul>")
 
 
 def _empty(exp: Experiment) -> str:
