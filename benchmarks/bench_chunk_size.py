@@ -18,11 +18,7 @@ its ratio shows the noise left.
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import platform
 import random
-import sys
 import time
 
 import torch
@@ -39,6 +35,7 @@ from builders.ops.linear import (
     recurrent_kda_ref,
     recurrent_ssd_ref,
 )
+from runners.bench.compare import provenance
 
 SEQ_LENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512)
 CHUNKS = (4, 8, 16, 32, 64, 128, 256)
@@ -140,10 +137,7 @@ def main() -> None:
         tables.append(table(op, {T: sweep(op, T, args.repeats) for T in seq_lens}))
         print(tables[-1] + "\n", flush=True)
     if args.out:
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        header = (f"`python {' '.join(sys.argv)}`\n\n{datetime.date.today()}, {platform.machine()} "
-                  f"{os.cpu_count()}-core CPU (load average {load:.1f} at the end), torch {torch.__version__}, "
-                  f"1 thread, least of {args.repeats}\n\n")
+        header = provenance(f"1 thread, least of {args.repeats}")
         with open(args.out, "a", encoding="utf-8") as f:
             f.write(header + "\n\n".join(tables) + "\n\n")
 

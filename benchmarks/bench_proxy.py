@@ -20,11 +20,7 @@ other jobs on the machine do not inflate it; one thread does all the work). Prin
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -34,6 +30,7 @@ import yaml
 from builders.model import build_model
 from nas import load_arch, loads_arch
 from nas.cost import train_flops_at
+from runners.bench.compare import provenance
 from runners.bench.measure import train_step
 from runners.bench.timing import matmul_shapes, training_matmul_flops
 
@@ -113,10 +110,7 @@ def main() -> None:
     text = table(rows)
     print(text)
     if args.out:
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        header = (f"`python {' '.join(sys.argv)}`\n\n{datetime.date.today()}, {platform.machine()} "
-                  f"{os.cpu_count()}-core CPU (load average {load:.1f} at the end), torch {torch.__version__}, "
-                  f"1 thread, batch {BATCH}, median of {args.repeats}\n\n")
+        header = provenance(f"1 thread, batch {BATCH}, median of {args.repeats}")
         with open(args.out, "a", encoding="utf-8") as f:
             f.write(header + text + "\n\n")
 

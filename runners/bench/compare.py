@@ -94,6 +94,20 @@ def markdown(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+def provenance(detail: str) -> str:
+    """The line a committed result starts with: the exact command, then the date, machine,
+    its load at the end (a shared CPU slows everything), torch, and ``detail``."""
+    import datetime
+    import os
+    import platform
+    import sys
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"`python {' '.join(sys.argv)}`\n\n{datetime.date.today()}, {platform.machine()} "
+            f"{os.cpu_count()}-core CPU (load average {load:.1f} at the end), torch {torch.__version__}, "
+            f"{detail}\n\n")
+
+
 def write_markdown(path: str, title: str, table: str, notes: str = "", timed: bool = True) -> None:
     """The table with the exact command that produced it and where it ran."""
     import platform
@@ -109,4 +123,4 @@ def write_markdown(path: str, title: str, table: str, notes: str = "", timed: bo
                    if timed else "") + f"\n\n{table}\n{notes}")
 
 
-__all__ = ["interleaved_decode", "markdown", "round_robin", "variant", "with_mixer", "write_markdown"]
+__all__ = ["interleaved_decode", "markdown", "provenance", "round_robin", "variant", "with_mixer", "write_markdown"]
