@@ -120,13 +120,11 @@ def _dependents(space: Space, name: str) -> set[str]:
     return out
 
 
-def _candidates(exp_dir: Path, metric: str, k: int | None = None) -> list[tuple[dict, str, list[float]]]:
-    """(params, spec hash, replicate qualities) per trained candidate: each replicate's last
-    point, or with ``k`` its point at that loop count (an elastic trial's curve)."""
-    from runners.sweep.records import read_trials
-
+def _candidates(records: list, metric: str, k: int | None = None) -> list[tuple[dict, str, list[float]]]:
+    """(params, spec hash, replicate qualities) per complete trial record: each replicate's
+    last point, or with ``k`` its point at that loop count (an elastic trial's curve)."""
     out = []
-    for r in read_trials(exp_dir):
+    for r in records:
         if r.status != "complete":
             continue
         if k is None:
@@ -138,11 +136,9 @@ def _candidates(exp_dir: Path, metric: str, k: int | None = None) -> list[tuple[
     return out
 
 
-def _loop_counts(exp_dir: Path) -> list[int]:
+def _loop_counts(records: list) -> list[int]:
     """The loop counts elastic trials were evaluated at (empty: no elastic trial)."""
-    from runners.sweep.records import read_trials
-
-    return sorted({p.k for r in read_trials(exp_dir) if r.status == "complete"
+    return sorted({p.k for r in records if r.status == "complete"
                    for rep in r.replicates for p in rep.points if p.k is not None})
 
 
@@ -266,12 +262,16 @@ def run_calibration(space: Space, out: Path, seeds: int = 3, budgets: tuple[floa
 
 def analyse(space: Space, dirs: list[Path], budgets: tuple[float, ...], seeds: int, kind: str,
             planned: int) -> Calibration:
+    from runners.sweep.records import read_trials
+
     quality = next(o for o in space.spec.objectives if o.quality)
     results, means = [], []
     for b, d in zip(budgets, dirs):
-        cands = _candidates(d, quality.name)
+        records = read_trials(d)  # once per budget: every analysis below reads these
+        cands = _candidates(records, quality.name)
         axes, variance = _axes(space, cands, seeds)
-        per_k = {str(k): _axes(space, _candidates(d, quality.name, k), seeds)[0] for k in _loop_counts(d)}
+        per_k = {str(k): _axes(space, _candidates(records, quality.name, k), seeds)[0]
+                 for k in _loop_counts(records)}
         scaled_proxy = scaled(space, b).spec.proxy
         results.append(BudgetResult(multiple=b, steps=scaled_proxy.steps, dir=str(d), axes=axes, per_k=per_k,
                                     noise_sd=math.sqrt(variance) if math.isfinite(variance) else None))
