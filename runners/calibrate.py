@@ -242,14 +242,22 @@ def run_calibration(space: Space, out: Path, seeds: int = 3, budgets: tuple[floa
                     backend: str = "optuna", resume: bool = False, address: str | None = None,
                     max_points: int = 48, progress: bool = True) -> Calibration:
     """Train the design at every budget (resuming what exists) and analyse it."""
+    from runners.sweep.driver import SweepError
+    from runners.sweep.lock import LockError, check_place
     from runners.sweep.run import run_sweep
 
     quality = next((o for o in space.spec.objectives if o.quality), None)
     if quality is None:
-        from runners.sweep.driver import SweepError
         raise SweepError(f"{space.source}: calibrate needs a measured quality objective (acc, eval_loss, ...)")
     kind, plan = design(space, max_points)
-    out.mkdir(parents=True, exist_ok=True)
+    try:  # the sweep's own checks of an output place, before anything is written
+        check_place(out)
+        out.mkdir(parents=True, exist_ok=True)
+    except LockError as exc:
+        raise SweepError(str(exc)) from None
+    except OSError as exc:
+        raise SweepError(f"--out {out}: cannot make this directory ({exc.strerror}); "
+                         "choose a directory of your own") from None
     dirs = []
     for b in budgets:
         d = out / f"budget-{b:g}x"

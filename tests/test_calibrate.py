@@ -155,3 +155,16 @@ def test_elastic_trials_are_calibrated_at_each_loop_count(tmp_path):
     assert per_k["2"]["lr"].separates and per_k["2"]["lr"].effect == pytest.approx(0.2, abs=0.03)
     assert not per_k["1"]["lr"].separates and not per_k["2"]["ffn"].separates
     assert "Elastic trials at k = 2:" in markdown(cal)
+
+
+@pytest.mark.parametrize("where", ["file", "under_file", "proc"])
+def test_a_bad_out_is_one_line_and_writes_nothing(tmp_path, where):
+    space = tmp_path / "space.yaml"
+    space.write_text(textwrap.dedent(SPACE))
+    (tmp_path / "afile").write_text("mine")
+    out = {"file": tmp_path / "afile", "under_file": tmp_path / "afile" / "sub", "proc": "/proc/loopnas"}[where]
+    run = subprocess.run([sys.executable, "-m", "runners", "calibrate", str(space), "--out", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.strip().startswith("error: --out") and len(run.stderr.strip().splitlines()) == 1
+    assert (tmp_path / "afile").read_text() == "mine"

@@ -53,7 +53,8 @@ class DriverLock:
     __del__ = release  # a sweep dropped without close() does not keep its directory
 
 
-def _check_place(exp_dir: Path) -> None:
+def check_place(exp_dir: Path) -> None:
+    """Refuse an output directory under /proc or /sys, or one that is a file (a LockError)."""
     resolved = exp_dir.resolve()
     for root in SYSTEM:
         if resolved.is_relative_to(root):
@@ -89,7 +90,7 @@ def _open(exp_dir: Path) -> int:
 def acquire(exp_dir: str | Path) -> DriverLock:
     """Lock ``exp_dir`` (created if missing) for this process, or raise :class:`LockError`."""
     exp_dir = Path(exp_dir)
-    _check_place(exp_dir)
+    check_place(exp_dir)
     try:
         made = _make(exp_dir)
     except OSError as exc:
