@@ -379,7 +379,10 @@ def _wait(exp: Path, driver: subprocess.Popen, done, what: str, timeout: float =
 
 
 def test_a_second_driver_is_refused_and_a_killed_one_does_not_block(tmp_path):
-    path, exp = write_space(tmp_path, TRAINED.replace("{trials}", "3")), tmp_path / "exp"
+    # 300 steps a trial: the first driver must still be running while the second one starts
+    # (its Python and torch import take seconds on a loaded machine; 60 steps did not)
+    text = TRAINED.replace("{trials}", "3").replace("steps: 60,", "steps: 300,")
+    path, exp = write_space(tmp_path, text), tmp_path / "exp"
     cmd = [sys.executable, "-m", "runners", "sweep", str(path), "--out", str(exp)]
     with open(tmp_path / "first.err", "w") as first_err:
         driver = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=first_err, start_new_session=True)
