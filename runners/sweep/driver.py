@@ -9,6 +9,7 @@ is recorded as ``duplicate`` and reuses the first result.
 """
 from __future__ import annotations
 
+import inspect
 import shutil
 import time
 import warnings
@@ -84,7 +85,7 @@ def make_sampler(space: Space, trials: int):
     cls = getattr(optuna.samplers, classes.get(name, search.sampler), None)
     if cls is None:
         raise SweepError(f"search.sampler: optuna has no sampler {search.sampler!r}")
-    if cf is not None and "constraints_func" in cls.__init__.__code__.co_varnames:
+    if cf is not None and "constraints_func" in inspect.signature(cls).parameters:
         params["constraints_func"] = cf
     return cls(seed=seed, **params)
 
@@ -420,13 +421,12 @@ class Sweep:
             out[r.status] += 1
         return out
 
-    def next_job(self, ask=None) -> dict | None:
-        """The next replicate job to run: a queued one, else ask the study (``ask``: how to
-        get an Optuna trial; default ``study.ask``) until a candidate must be trained.
-        None: the budget is spent and nothing is queued."""
-        ask = ask or self.study.ask
+    def next_job(self) -> dict | None:
+        """The next replicate job to run: a queued one, else ask the study until a candidate
+        must be trained (both backends take their jobs here). None: the budget is spent and
+        nothing is queued."""
         while not self.queue and self.wants_more():
-            trial = ask()
+            trial = self.study.ask()
             if not self._beyond_budget(trial):
                 self.queue.extend(self.gate(trial))
         if not self.queue:

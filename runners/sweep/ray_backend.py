@@ -1,10 +1,12 @@
 """The ``ray`` backend: Ray Tune schedules trials on a local Ray instance or a cluster.
 
-- Sampling: Optuna through Ray's ``OptunaSearch`` in multi-objective mode, wrapped by
-  :class:`GateSearcher`, which passes each suggestion through the driver's gate
-  (infeasible and duplicate candidates never become Ray trials) and leaves the telling
-  to the driver: ``OptunaSearch`` would tell a stopped trial as COMPLETE with its
-  truncated values, which corrupts the front.
+- Sampling: the driver asks its one Optuna study, gates the candidate and tells the study
+  the outcome (:meth:`.driver.Sweep.next_job`), as on the ``optuna`` backend; Ray only
+  schedules. :class:`GateSearcher` is a Tune searcher that hands Tune the driver's next
+  job, so infeasible and duplicate candidates never become Ray trials. Ray's own
+  ``OptunaSearch`` is not used: it keeps a second study on the same storage, asks it for
+  every Tune trial, and would tell a stopped trial COMPLETE with its truncated values,
+  which corrupts the front.
 - Early stopping: :class:`ParetoScheduler` asks the driver at every rung.
 - Records: :class:`RecordCallback` hands rungs and outcomes to the driver, which writes
   the experiment directory (on the driver's machine, whatever node trained the trial).
@@ -37,7 +39,6 @@ def _quiet_env() -> None:
 from ray.tune import Callback  # noqa: E402  (this module itself is imported lazily)
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler  # noqa: E402
 from ray.tune.search import Searcher  # noqa: E402
-from ray.tune.search.optuna import OptunaSearch  # noqa: E402
 
 # Tune pickles its config (searcher, scheduler, callbacks) into the run directory; the
 # sweep holds storage locks and files, so the components reach it through this table.
@@ -66,25 +67,13 @@ class GateSearcher(_Live, Searcher):
     def __init__(self, key: int):
         Searcher.__init__(self, metric=None, mode=None)
         self._key = key
-        sweep = self.sweep
-        self.inner = OptunaSearch(
-            space=lambda trial: sweep.space.suggest(trial) and None,
-            metric=[o.name for o in sweep.objectives],
-            mode=["max" if o.direction == "maximize" else "min" for o in sweep.objectives],
-            sampler=sweep.sampler, storage=sweep.storage, study_name=sweep.space.spec.name)
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True
 
     def suggest(self, trial_id: str):
         sweep = self.sweep
-
-        def ask():
-            self.inner.suggest(trial_id)
-            # From here the driver owns this Optuna trial (ask → gate → tell).
-            return self.inner._ot_trials.pop(trial_id)
-
-        job = sweep.next_job(ask)  # a queued replicate first, else a newly gated candidate
+        job = sweep.next_job()  # a queued replicate first, else a newly asked and gated candidate
         self.changed()
         if job is not None:
             return {"job": {**job, **job_placement(sweep.space.spec.search.resources, job)}}

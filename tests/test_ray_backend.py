@@ -1,0 +1,81 @@
+"""The Ray backend's searcher without a Ray cluster: it takes the driver's jobs, so the one
+study on storage holds exactly one Optuna trial per asked candidate, and the gate,
+replicates, placement, an out-of-memory rerun alone and the end of the search behave as on
+the local backend."""
+import textwrap
+
+import optuna
+import pytest
+
+from nas.space import load_space
+from runners.sweep.devices import FallbackNotice
+from runners.sweep.driver import Sweep
+
+pytest.importorskip("ray.tune")
+from runners.sweep import ray_backend  # noqa: E402
+from runners.sweep.ray_backend import GateSearcher, Searcher  # noqa: E402
+
+SPACE = """\
+    name: gate
+    base: tiny_noloop
+    params:
+      boundary: {target: loop.boundary, choices: [none, block, mixer]}
+      T: {target: loop.T, choices: [2, 4], when: {boundary: [block, mixer]}}
+    constraints: ["projection_flops <= 5e5"]
+    objectives: [{metric: acc, direction: maximize}, {metric: projection_flops, direction: minimize}]
+    proxy: {task: s5, task_params: {seq_len: 4, degree: 2}, steps: 4, batch_size: 4, eval_every: 2, seeds: 2}
+    search: {sampler: grid, trials: 6, concurrency: 2, resources: {gpu: 0.5}}
+    """
+
+
+def complete(value: float) -> dict:
+    return {"status": "complete", "measured": [{"k": None, "value": value, "metrics": {"acc": value}}]}
+
+
+@pytest.fixture
+def searched(tmp_path):
+    """A sweep, its searcher, and how many times its study was asked."""
+    path = tmp_path / "space.yaml"
+    path.write_text(textwrap.dedent(SPACE))
+    sweep = Sweep(load_space(path), tmp_path / "exp", "ray")
+    asked, ask = [], sweep.study.ask
+    sweep.study.ask = lambda *a, **kw: asked.append(1) or ask(*a, **kw)
+    key = id(sweep)
+    ray_backend._LIVE[key] = (sweep, lambda: None, FallbackNotice())
+    yield sweep, GateSearcher(key), asked
+    ray_backend._LIVE.pop(key, None)
+    sweep.close()
+
+
+def suggest_all(searcher: GateSearcher) -> list[dict]:
+    jobs = []
+    while isinstance(given := searcher.suggest(f"ray_{len(jobs)}"), dict):
+        jobs.append(given["job"])
+    return jobs
+
+
+def test_one_optuna_trial_per_asked_candidate_and_only_gated_ones_reach_ray(searched):
+    sweep, searcher, asked = searched
+    jobs = suggest_all(searcher)
+    assert searcher.suggest("ray_x") is None  # candidates still train: not finished yet
+    trained = {r.id for r in sweep.records.values() if r.status == "running" and not r.duplicate_of}
+    assert {j["trial"] for j in jobs} == trained and len(jobs) == 2 * len(trained)  # 2 seeds each
+    assert {r.status for r in sweep.records.values()} >= {"infeasible", "running"}
+    assert all(j["gpu"] == 0.5 and j["share"] == 0.5 for j in jobs)
+    for job in jobs:
+        sweep.finish(job["id"], complete(0.5))
+    assert searcher.suggest("ray_y") is Searcher.FINISHED
+    trials = sweep.study.get_trials(deepcopy=False)
+    assert len(trials) == len(asked) == len(sweep.records) == 6
+    assert sorted(t.number for t in trials) == sorted(r.number for r in sweep.records.values())
+    assert optuna.trial.TrialState.RUNNING not in {t.state for t in trials}
+
+
+def test_a_replicate_out_of_memory_beside_others_is_given_again_alone(searched):
+    sweep, searcher, _ = searched
+    job = searcher.suggest("ray_0")["job"]
+    sweep.finish(job["id"], {"status": "oom", "reason": "out of memory", "share": 0.5, "devices": ["0"],
+                             "measured": []})
+    again = searcher.suggest("ray_1")["job"]
+    assert (again["id"], again["alone"], again["resume"], again["share"]) == (job["id"], True, True, 1.0)
+    assert ray_backend.ray_resources(sweep.space.spec.search.resources, again)["gpu"] == 1.0
