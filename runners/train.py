@@ -11,6 +11,11 @@ On CPU a run is deterministic: the same spec, config and seed give the same loss
 run resumed from a checkpoint continues bit for bit (torch's RNG, the data generator and
 the loop-count sampler are all restored; evaluation runs under a forked RNG, so it never
 perturbs training).
+
+Losses stay on the device between host copies (at each evaluation and checkpoint, and at
+least every ``_SYNC_EVERY`` steps), so a step never waits for the device; a non-finite
+loss found at a copy ends the run as it stood when that loss was computed. One evaluation
+loop, :func:`evaluate`, serves the trainer and the one-shot search (a fixed switch pattern).
 """
 from __future__ import annotations
 
@@ -20,9 +25,10 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Sequence
 
 import torch
+import torch.nn.functional as F
 from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
@@ -39,6 +45,7 @@ from runners.tasks import Curriculum, Task, make_task
 
 Callback = Callable[[int, dict[str, float]], "bool | None"]
 _LOOP_SEED_SALT = 0x5EED_100B  # the loop-count sampler's stream differs from the data's
+_SYNC_EVERY = 50  # losses stay on the device between evaluations, at most this many steps
 
 
 class EvalRecord(BaseModel):
@@ -87,6 +94,9 @@ class TrainResult(BaseModel):
     vocab: dict[str, int] | None = Field(None, description="{'spec': v, 'task': w} when the vocab "
                                          "was rewritten")
     wall_time: float = 0.0
+    timings: dict[str, float] = Field(default_factory=dict, description="seconds of this process's "
+                                      "run in each phase: build (task, model, optimizer, eval batches), "
+                                      "steps, eval, checkpoint, callback (a sweep's rung reports)")
     arch: ArchSpec
 
 
@@ -143,10 +153,13 @@ def eval_batches(task: Task, config: TrainConfig, device: torch.device) -> list:
 
 
 @torch.no_grad()
-def evaluate(model, task: Task, batches: list, autocast, seed: int, loops: int | None = None
-             ) -> dict[str, float]:
+def evaluate(model, task: Task, batches: list, autocast: Callable = contextlib.nullcontext, seed: int = 0,
+             loops: int | None = None, pattern: Sequence[int] | None = None) -> dict[str, float]:
     """Mean eval loss and task metrics over ``batches``, at ``loops`` (None: the spec's T).
-    Runs under a forked, reseeded RNG (random placement votes on sampled patterns)."""
+    ``pattern``: every switch fixed to that option (a one-shot sub-network); None: the
+    model's own forward (a random-placement model votes over sampled patterns). Runs under
+    a forked, reseeded RNG, so it never perturbs training; the model's mode is restored."""
+    was_training = model.training
     model.eval()
     devices = [batches[0][0].device] if batches[0][0].is_cuda else []
     sums: dict[str, float] = {}
@@ -154,11 +167,16 @@ def evaluate(model, task: Task, batches: list, autocast, seed: int, loops: int |
         torch.manual_seed(seed)
         for x, y in batches:
             with autocast():
-                out = model(x, y, loops=loops)
-            metrics = {"eval_loss": out.ce_loss.item(), **task.metrics(out.logits.float(), y)}
-            for key, value in metrics.items():
+                if pattern is None:
+                    out = model(x, y, loops=loops)
+                    logits, ce = out.logits.float(), out.ce_loss
+                else:
+                    h, _ = model.hidden(x, loops=loops, pattern=list(pattern))
+                    logits = model.head(h).float()
+                    ce = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100)
+            for key, value in {"eval_loss": ce.item(), **task.metrics(logits, y)}.items():
                 sums[key] = sums.get(key, 0.0) + value
-    model.train()
+    model.train(was_training)
     return {key: value / len(batches) for key, value in sums.items()}
 
 
@@ -201,6 +219,15 @@ def initialise(model: torch.nn.Module, arch: ArchSpec, config: TrainConfig) -> N
         inherit(model, arch, state, source)
     for p in ffn_parameters(model) if config.freeze_ffn else ():
         p.requires_grad_(False)
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], phase: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[phase] += time.perf_counter() - start
 
 
 def _fingerprint(arch: ArchSpec, config: TrainConfig) -> str:
@@ -280,43 +307,59 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
         out.mkdir(parents=True, exist_ok=True)
     status, reason = "ok", None
     bar = tqdm(total=steps, initial=step, disable=not config.progress, desc=proxy.name, leave=False)
+    pending: list[tuple[torch.Tensor, int, dict[str, int]]] = []  # (loss, tokens, depth_rows) of steps not yet synced
+    timings = {"build": time.perf_counter() - start, "steps": 0.0, "eval": 0.0, "checkpoint": 0.0,
+               "callback": 0.0}
     model.train()
     while step < steps:
-        lr = lr_at(step - stage_start, stage_budget, config)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        dist = step_dist(train_dist(proxy, step, steps), loop_gen)  # per: step draws once here
-        model.start_step(loop_gen)  # random placement with sampling_per: step draws its pattern here
-        for p in conditioning:  # ELR: conditioning enters at the switch, at exactly zero
-            p.requires_grad_(not before_switch(proxy, step, steps))
-        loss = torch.zeros((), device=device)
-        for _ in range(config.grad_accum):
-            x, y = (t.to(device, non_blocking=True) for t in task.batch(config.batch_size, data_gen))
-            for loops, rows in loop_groups(dist, config.batch_size, loop_gen):
-                xs, ys = (x, y) if rows is None else (x[rows], y[rows])
-                with autocast():
-                    micro = forward(xs, ys, loops=loops).loss
-                scale = len(xs) / (config.batch_size * config.grad_accum)
-                (micro * scale).backward()
-                loss += micro.detach() * scale
-                depth = "T" if loops is None else str(loops)
-                depth_rows[depth] = depth_rows.get(depth, 0) + len(xs)
-            tokens += x.numel()
-        loss_value = loss.item()
-        if not math.isfinite(loss_value):
-            status, reason = "failed", f"non-finite training loss ({loss_value}) at step {step + 1}"
-            break
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        losses.append(loss_value)
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr:.2e}")
+        with _timed(timings, "steps"):
+            lr = lr_at(step - stage_start, stage_budget, config)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            dist = step_dist(train_dist(proxy, step, steps), loop_gen)  # per: step draws once here
+            model.start_step(loop_gen)  # random placement with sampling_per: step draws its pattern here
+            for p in conditioning:  # ELR: conditioning enters at the switch, at exactly zero
+                p.requires_grad_(not before_switch(proxy, step, steps))
+            loss = torch.zeros((), device=device)
+            for _ in range(config.grad_accum):
+                x, y = (t.to(device, non_blocking=True) for t in task.batch(config.batch_size, data_gen))
+                for loops, rows in loop_groups(dist, config.batch_size, loop_gen):
+                    xs, ys = (x, y) if rows is None else (x[rows], y[rows])
+                    with autocast():
+                        micro = forward(xs, ys, loops=loops).loss
+                    scale = len(xs) / (config.batch_size * config.grad_accum)
+                    (micro * scale).backward()
+                    loss += micro.detach() * scale
+                    depth = "T" if loops is None else str(loops)
+                    depth_rows[depth] = depth_rows.get(depth, 0) + len(xs)
+                tokens += x.numel()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            pending.append((loss, tokens, dict(depth_rows)))
+            bar.update(1)
 
-        since = step - stage_start
-        if since % config.eval_every == 0 or since == stage_budget or step == steps:
-            metrics = evaluate(model, task, fixed_eval, autocast, eval_seed(config), trained_loops())
+            since = step - stage_start
+            evaluating = since % config.eval_every == 0 or since == stage_budget or step == steps
+            every = config.checkpoint_every
+            saving = out is not None and every and step % every == 0
+            if evaluating or saving or len(pending) >= _SYNC_EVERY:
+                values = torch.stack([loss for loss, _, _ in pending]).tolist()  # the one host sync
+                bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+                if bad is not None:  # the run ends as it was when that step's loss was computed
+                    step -= len(pending) - bad
+                    tokens, depth_rows = pending[bad][1], pending[bad][2]
+                    losses += values[:bad]
+                    status, reason = "failed", f"non-finite training loss ({values[bad]}) at step {step + 1}"
+                    break
+                losses += values
+                pending.clear()
+                bar.set_postfix(loss=f"{values[-1]:.4f}", lr=f"{lr:.2e}")
+
+        if evaluating:
+            with _timed(timings, "eval"):
+                metrics = evaluate(model, task, fixed_eval, autocast, eval_seed(config), trained_loops())
             if curriculum:
                 metrics["n"] = float(curriculum.n)
                 promoted = curriculum.promote(metrics[curriculum.metric])
@@ -328,42 +371,44 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
                 elif since >= stage_budget:
                     status, reason = "ok", f"stage n={curriculum.n} unsolved within {stage_budget} steps"
             evals.append(EvalRecord(step=step, metrics=metrics))
-            if callback is not None and callback(step, metrics) is False:
-                status, reason = "stopped", f"stopped by the callback at step {step}"
+            with _timed(timings, "callback"):
+                if callback is not None and callback(step, metrics) is False:
+                    status, reason = "stopped", f"stopped by the callback at step {step}"
         finished = reason is not None or step == steps
-        every = config.checkpoint_every
-        if out is not None and every and (step % every == 0 or finished):
-            save_checkpoint(out / CHECKPOINT, {
-                "fingerprint": _fingerprint(proxy, config), "step": step,
-                "arch": arch.model_dump(mode="json"), "config": config.model_dump(mode="json"),
-                "stage_start": stage_start, "tokens": tokens, "losses": losses,
-                "depth_rows": depth_rows, "evals": [e.model_dump() for e in evals],
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "rng": {"torch": torch.get_rng_state(),
-                        "cuda": torch.cuda.get_rng_state_all() if cuda else None,
-                        "data": data_gen.get_state(), "loops": loop_gen.get_state()},
-                "curriculum": ({"index": curriculum.index, "stage_acc": curriculum.stage_acc}
-                               if curriculum else None),
-            })
+        if saving or out is not None and every and finished:
+            with _timed(timings, "checkpoint"):
+                save_checkpoint(out / CHECKPOINT, {
+                    "fingerprint": _fingerprint(proxy, config), "step": step,
+                    "arch": arch.model_dump(mode="json"), "config": config.model_dump(mode="json"),
+                    "stage_start": stage_start, "tokens": tokens, "losses": losses,
+                    "depth_rows": depth_rows, "evals": [e.model_dump() for e in evals],
+                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "rng": {"torch": torch.get_rng_state(),
+                            "cuda": torch.cuda.get_rng_state_all() if cuda else None,
+                            "data": data_gen.get_state(), "loops": loop_gen.get_state()},
+                    "curriculum": ({"index": curriculum.index, "stage_acc": curriculum.stage_acc}
+                                   if curriculum else None),
+                })
         if reason is not None:
             break
     bar.close()
 
-    final = evals[-1].metrics if evals and evals[-1].step == step else {}
-    if status != "failed" and not curriculum and not final:
-        final = evaluate(model, task, fixed_eval, autocast, eval_seed(config), trained_loops())
-    metric = getattr(task, "quality_metric", "acc") if "acc" in final or curriculum else "eval_loss"
-    points = []
-    switched = switch_step(proxy, steps) if proxy.elastic is not None else None
-    switched = switched if switched is not None and step > switched else None
-    if status != "failed" and switched is not None:
-        for k in proxy.elastic.eval:
-            m = evaluate(model, task, fixed_eval, autocast, eval_seed(config), loops=k)
-            points.append(ElasticPoint(k=k, quality=m[metric], compute=projection_compute(proxy, k),
-                                       metrics=m))
-    extrapolation = ([] if status == "failed" else
-                     [extrapolate(model, task, params, config, device, autocast)
-                      for params in config.extrapolate])
+    with _timed(timings, "eval"):
+        final = evals[-1].metrics if evals and evals[-1].step == step else {}
+        if status != "failed" and not curriculum and not final:
+            final = evaluate(model, task, fixed_eval, autocast, eval_seed(config), trained_loops())
+        metric = getattr(task, "quality_metric", "acc") if "acc" in final or curriculum else "eval_loss"
+        points = []
+        switched = switch_step(proxy, steps) if proxy.elastic is not None else None
+        switched = switched if switched is not None and step > switched else None
+        if status != "failed" and switched is not None:
+            for k in proxy.elastic.eval:
+                m = evaluate(model, task, fixed_eval, autocast, eval_seed(config), loops=k)
+                points.append(ElasticPoint(k=k, quality=m[metric], compute=projection_compute(proxy, k),
+                                           metrics=m))
+        extrapolation = ([] if status == "failed" else
+                         [extrapolate(model, task, params, config, device, autocast)
+                          for params in config.extrapolate])
     quality = float(curriculum.n_max) if curriculum else final.get(metric)
     result = TrainResult(
         status=status, reason=reason, task=config.task, steps=step, tokens=tokens,
@@ -374,7 +419,7 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
         curriculum={**curriculum.summary(), "threshold": curriculum.threshold,
                     "stage_steps": stage_budget} if curriculum else None,
         vocab={"spec": arch.model.vocab_size, "task": task.vocab_size} if proxy is not arch else None,
-        wall_time=time.perf_counter() - start, arch=proxy,
+        wall_time=time.perf_counter() - start, timings=timings, arch=proxy,
     )
     if out is not None:
         write_text(out / RESULT, result.model_dump_json(indent=2))  # readers never see half a result

@@ -19,12 +19,12 @@ from builders.sampling import sample_pattern
 from nas import oneshot as one
 from nas.errors import SpecError
 from nas.space import load_space
-from runners.oneshot.search import evaluate_subnet, extract
+from runners.oneshot.search import extract
 from runners.oneshot.supernet import load_supernet, supernet_config
 from runners.weights import inherit, load_source
 from runners.sweep.records import read_trials
 from runners.tasks import make_task
-from runners.train import CHECKPOINT, eval_batches, train, with_vocab
+from runners.train import CHECKPOINT, eval_batches, evaluate, train, with_vocab
 
 BASE = """\
 base:
@@ -329,7 +329,7 @@ def test_oneshot_sweep_end_to_end(tmp_path, one_thread):
         sub.load_state_dict(state)
         record = next(t for t in trials if t.id == rid)
         k = record.params["T"]
-        metrics = evaluate_subnet(sub.eval(), task, batches, [0] * arch.L, None)
+        metrics = evaluate(sub.eval(), task, batches, pattern=[0] * arch.L)
         assert metrics["acc"] == record.values["acc"] and arch.loops[0].T == k
     exported = run_cli("export", exp, "--trial", summary["extracted"][0], "--with-weights", "--out", tmp_path / "x")
     assert exported.returncode == 0, exported.stderr[-2000:]

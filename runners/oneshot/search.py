@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 import yaml
 
 from builders.model import LoopLM, build_model
@@ -31,7 +30,7 @@ from runners.checkpoint import CHECKPOINT, save
 from runners.sweep.driver import Sweep
 from runners.sweep.front import front
 from runners.sweep.records import TRIALS, write_json
-from runners.train import eval_batches
+from runners.train import eval_batches, evaluate
 
 from .supernet import eval_task, load_supernet, supernet_config, train_supernet
 from runners.weights import inherit
@@ -41,21 +40,6 @@ SUMMARY = "oneshot.json"
 
 class BudgetSpent(Exception):
     """The sweep's trial budget ran out before the search finished."""
-
-
-@torch.no_grad()
-def evaluate_subnet(model: LoopLM, task, batches: list, pattern: Sequence[int], loops: int | None
-                    ) -> dict[str, float]:
-    """Mean eval loss and task metrics of one sub-network: the supernet with every switch
-    fixed to ``pattern`` and every loop region run ``loops`` times."""
-    sums: dict[str, float] = {}
-    for x, y in batches:
-        h, _ = model.hidden(x, loops=loops, pattern=list(pattern))
-        logits = model.head(h).float()
-        ce = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100)
-        for key, value in {"eval_loss": ce.item(), **task.metrics(logits, y)}.items():
-            sums[key] = sums.get(key, 0.0) + value
-    return {key: value / len(batches) for key, value in sums.items()}
 
 
 def extract(model: LoopLM, net: ArchSpec, pattern: Sequence[int], loops: int | None
@@ -126,7 +110,7 @@ class OneShotSearch:
             names = one.mixer_names(self.space)
             pattern = [names.index(record.params[f"layer{i}"]) for i in range(self.net.L)]
             start = time.time()
-            metrics = evaluate_subnet(self.model, self.task, self.batches, pattern, record.params.get("T"))
+            metrics = evaluate(self.model, self.task, self.batches, loops=record.params.get("T"), pattern=pattern)
             end = time.time()
             value = metrics[self.metric.metric]
             self.sweep.finish(job["id"], {
@@ -222,5 +206,5 @@ def _run(sweep: Sweep, out: Path, progress: bool, on_change: Callable[[], None])
     return summary
 
 
-__all__ = ["evaluate_subnet", "extract", "save_subnet", "OneShotSearch", "search", "run_oneshot",
+__all__ = ["extract", "save_subnet", "OneShotSearch", "search", "run_oneshot",
            "planned", "SUMMARY", "BudgetSpent"]
