@@ -91,8 +91,8 @@ def test_packing_and_the_pool():
 
 def test_accelerator_type_is_a_ray_resource_and_validated_as_a_string():
     res = ResourcesSpec(cpu=2, gpu=0.25, accelerator_type="H100")
-    assert ray_resources(res, {}) == {"cpu": 2, "gpu": 0.25, "accelerator_type:H100": 0.001}
-    assert ray_resources(res, {"alone": True})["gpu"] == 1.0
+    assert ray_resources(res) == {"cpu": 2, "gpu": 0.25, "accelerator_type:H100": 0.001}
+    assert ray_resources(res, alone=True)["gpu"] == 1.0
     for bad in (100, "H100 80GB", ""):
         with pytest.raises(ValidationError, match="accelerator_type"):
             ResourcesSpec(accelerator_type=bad)
@@ -140,8 +140,8 @@ def test_on_oom_fail_ends_the_candidate_without_a_rerun(tmp_path):
     path = space_file(tmp_path, "{sampler: grid, trials: 1, concurrency: 1, on_oom: fail, resources: {gpu: 0.5}}", n=1)
     sweep = Sweep(load_space(path), tmp_path / "exp", "optuna")
     job = sweep.next_job()
-    sweep.finish(job["id"], {"status": "oom", "reason": "out of memory: CUDA out of memory", "share": 0.5,
-                             "devices": ["0"], "peak_memory": 123, "measured": []})
+    sweep.finish(job.id, {"status": "oom", "reason": "out of memory: CUDA out of memory", "share": 0.5,
+                          "devices": ["0"], "peak_memory": 123, "measured": []})
     assert sweep.next_job() is None
     [record] = read_trials(tmp_path / "exp")
     assert record.status == "oom" and record.peak_memory == 123 and record.devices == ["0"]

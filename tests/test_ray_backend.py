@@ -10,6 +10,7 @@ import pytest
 from nas.space import load_space
 from runners.sweep.devices import FallbackNotice
 from runners.sweep.driver import Sweep
+from runners.sweep.job import Job
 
 pytest.importorskip("ray.tune")
 from runners.sweep import ray_backend  # noqa: E402
@@ -47,10 +48,15 @@ def searched(tmp_path):
     sweep.close()
 
 
-def suggest_all(searcher: GateSearcher) -> list[dict]:
+def job(given: dict) -> Job:
+    """The job in a trial config the searcher gave Tune: plain data, read back whole."""
+    return Job.model_validate(given["job"])
+
+
+def suggest_all(searcher: GateSearcher) -> list[Job]:
     jobs = []
     while isinstance(given := searcher.suggest(f"ray_{len(jobs)}"), dict):
-        jobs.append(given["job"])
+        jobs.append(job(given))
     return jobs
 
 
@@ -59,11 +65,11 @@ def test_one_optuna_trial_per_asked_candidate_and_only_gated_ones_reach_ray(sear
     jobs = suggest_all(searcher)
     assert searcher.suggest("ray_x") is None  # candidates still train: not finished yet
     trained = {r.id for r in sweep.records.values() if r.status == "running" and not r.duplicate_of}
-    assert {j["trial"] for j in jobs} == trained and len(jobs) == 2 * len(trained)  # 2 seeds each
+    assert {j.trial for j in jobs} == trained and len(jobs) == 2 * len(trained)  # 2 seeds each
     assert {r.status for r in sweep.records.values()} >= {"infeasible", "running"}
-    assert all(j["gpu"] == 0.5 and j["share"] == 0.5 for j in jobs)
-    for job in jobs:
-        sweep.finish(job["id"], complete(0.5))
+    assert all(j.gpu == 0.5 and j.share == 0.5 for j in jobs)
+    for j in jobs:
+        sweep.finish(j.id, complete(0.5))
     assert searcher.suggest("ray_y") is Searcher.FINISHED
     trials = sweep.study.get_trials(deepcopy=False)
     assert len(trials) == len(asked) == len(sweep.records) == 6
@@ -73,9 +79,9 @@ def test_one_optuna_trial_per_asked_candidate_and_only_gated_ones_reach_ray(sear
 
 def test_a_replicate_out_of_memory_beside_others_is_given_again_alone(searched):
     sweep, searcher, _ = searched
-    job = searcher.suggest("ray_0")["job"]
-    sweep.finish(job["id"], {"status": "oom", "reason": "out of memory", "share": 0.5, "devices": ["0"],
-                             "measured": []})
-    again = searcher.suggest("ray_1")["job"]
-    assert (again["id"], again["alone"], again["resume"], again["share"]) == (job["id"], True, True, 1.0)
-    assert ray_backend.ray_resources(sweep.space.spec.search.resources, again)["gpu"] == 1.0
+    first = job(searcher.suggest("ray_0"))
+    sweep.finish(first.id, {"status": "oom", "reason": "out of memory", "share": 0.5, "devices": ["0"],
+                            "measured": []})
+    again = job(searcher.suggest("ray_1"))
+    assert (again.id, again.alone, again.resume, again.share) == (first.id, True, True, 1.0)
+    assert ray_backend.ray_resources(sweep.space.spec.search.resources, again.alone)["gpu"] == 1.0

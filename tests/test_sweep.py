@@ -297,3 +297,20 @@ def test_a_bad_proxy_is_one_error_before_any_trial(tmp_path, proxy, message):
     lines = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {path}: {message}"), run.stderr
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("sampler, given", [("gp", True), ("random", False)])
+def test_a_sampler_gets_the_constraints_when_its_signature_takes_them(tmp_path, sampler, given):
+    from runners.sweep.driver import make_sampler
+
+    path = space_file(tmp_path, f"""\
+        base: tiny_noloop
+        params:
+          lr: {{target: proxy.lr, choices: [0.001, 0.002]}}
+        constraints: ["projection_flops <= 5e5"]
+        {OBJECTIVES}
+        {PROXY}
+        search: {{sampler: {sampler}}}
+        """)
+    made = make_sampler(load_space(path), 8)
+    assert (getattr(made, "_constraints_func", None) is not None) == given

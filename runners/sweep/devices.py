@@ -69,12 +69,12 @@ def share(gpu: float, alone: bool = False) -> float | None:
     return 1.0 if alone or gpu >= 1 else float(gpu)
 
 
-def ray_resources(resources, job: dict) -> dict:
+def ray_resources(resources, alone: bool = False) -> dict:
     """Ray's resource request for one job: ``resources`` (a ``ResourcesSpec``), a whole
-    GPU for a fractional job rerun alone, and ``accelerator_type`` as Ray's
+    GPU for a fractional job rerun ``alone``, and ``accelerator_type`` as Ray's
     ``accelerator_type:<T>`` node resource (every node of that type offers 1 of it)."""
     gpu = resources.gpu
-    if job.get("alone") and 0 < gpu < 1:
+    if alone and 0 < gpu < 1:
         gpu = 1.0
     out = {"cpu": resources.cpu, "gpu": gpu}
     if resources.accelerator_type:
@@ -82,10 +82,10 @@ def ray_resources(resources, job: dict) -> dict:
     return out
 
 
-def job_placement(resources, job: dict) -> dict:
-    """What a job carries to its trial about its devices (both backends)."""
-    return {"gpu": resources.gpu, "share": share(resources.gpu, bool(job.get("alone"))),
-            "memory_cap": resources.memory_cap}
+def job_placement(resources, alone: bool = False) -> dict:
+    """What a job carries to its trial about its devices (the driver sets it for both
+    backends): :class:`.job.Job`'s ``gpu``, ``share`` and ``memory_cap``."""
+    return {"gpu": resources.gpu, "share": share(resources.gpu, alone), "memory_cap": resources.memory_cap}
 
 
 class PoolError(ValueError):

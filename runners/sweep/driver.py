@@ -20,6 +20,8 @@ from nas.errors import SpecError
 from nas.noise import mean_se
 from nas.space import Space, cost_value, grid_size, spec_hash, violations
 
+from .devices import job_placement
+from .job import Job, ServingJob
 from .lock import LOCK, LockError, acquire
 from .records import (
     EXPERIMENT, JOURNAL, TRIALS, ExperimentRecord, Objective, Point, Replicate, RecordError, Rung, TrialRecord,
@@ -260,9 +262,9 @@ class Sweep:
         self.by_hash = {r.spec_hash: r.id for r in self.records.values() if _reusable(r) and r.spec_hash}
         self.trials: dict[str, Any] = {}  # id → the live optuna trial of an active candidate
         self.active: set[str] = set()  # candidates with replicates still to finish
-        self.queue: list[dict] = []  # replicate jobs of gated candidates, waiting for a worker
+        self.queue: list[Job] = []  # replicate jobs of gated candidates, waiting for a worker
         self.jobs: dict[str, tuple[str, int]] = {}  # job id of a running replicate → (trial, index)
-        self.given: dict[str, dict] = {}  # job id → the job, to rerun it alone after an OOM
+        self.given: dict[str, Job] = {}  # job id → the job, to rerun it alone after an OOM
         self.doomed: dict[str, dict] = {}  # trial → how it ended, while its replicates wind down
         self.waiting: dict[str, list[str]] = {}  # hash → duplicate ids awaiting the original
         self.infeasible_streak = 0
@@ -421,7 +423,7 @@ class Sweep:
             out[r.status] += 1
         return out
 
-    def next_job(self) -> dict | None:
+    def next_job(self) -> Job | None:
         """The next replicate job to run: a queued one, else ask the study until a candidate
         must be trained (both backends take their jobs here). None: the budget is spent and
         nothing is queued."""
@@ -432,9 +434,9 @@ class Sweep:
         if not self.queue:
             return None
         job = self.queue.pop(0)
-        self.jobs[job["id"]] = (job["trial"], job["replicate"])
-        self.given[job["id"]] = job
-        self._update_replicate(job["trial"], job["replicate"], status="running", started=time.time())
+        self.jobs[job.id] = (job.trial, job.replicate)
+        self.given[job.id] = job
+        self._update_replicate(job.trial, job.replicate, status="running", started=time.time())
         return job
 
     def _update_replicate(self, rid: str, index: int, **fields) -> TrialRecord:
@@ -445,7 +447,7 @@ class Sweep:
         self._write(record)
         return record
 
-    def gate(self, trial) -> list[dict]:
+    def gate(self, trial) -> list[Job]:
         """Price and check a sampled trial. Returns its replicate jobs to train (those not
         already complete, on a resume), or none when the trial was settled here
         (infeasible, or a duplicate)."""
@@ -516,16 +518,17 @@ class Sweep:
                 out.append(Replicate(index=i, seed=base + i, rungs=r.rungs if r is not None else []))
         return out
 
-    def _job(self, rid: str, rep: Replicate, config: dict, resume: bool) -> dict:
+    def _job(self, rid: str, rep: Replicate, config: dict, resume: bool) -> Job:
         record = self.records[rid]
         one = self.seeds == 1  # one seed: the layout of experiments written before replicates
         job_dir = self.out / TRIALS / rid if one else self.out / TRIALS / rid / f"s{rep.index}"
-        return {"id": rid if one else f"{rid}-s{rep.index}", "trial": rid, "replicate": rep.index,
-                "arch": record.arch, "config": {**config, "seed": rep.seed}, "dir": str(job_dir),
-                "metric": self.quality.metric if self.quality else "eval_loss",
-                "serving": [{"name": o.name, "metric": o.metric, "seq_len": o.seq_len or self.space.spec.seq_len,
-                             "batch_size": o.batch_size or 1} for o in self.serving],
-                "timeout": self.space.spec.search.trial_timeout, "resume": resume}
+        return Job(id=rid if one else f"{rid}-s{rep.index}", trial=rid, replicate=rep.index,
+                   arch=record.arch, config={**config, "seed": rep.seed}, dir=str(job_dir),
+                   metric=self.quality.metric if self.quality else "eval_loss",
+                   serving=tuple(ServingJob(name=o.name, metric=o.metric, seq_len=o.seq_len or self.space.spec.seq_len,
+                                            batch_size=o.batch_size or 1) for o in self.serving),
+                   timeout=self.space.spec.search.trial_timeout, resume=resume,
+                   **job_placement(self.space.spec.search.resources))
 
     def _sheet(self, arch, sheets: dict) -> dict:
         cost_value(arch, "unique_params", self.space.spec.seq_len, sheets=sheets)
@@ -571,7 +574,7 @@ class Sweep:
         quality = None if rung.quality is None else self._oriented(rung.quality)
         if self.stopper.decide(rid, rung.step, self._cost_key(record), quality, replicate=index):
             self.doomed[rid] = {"status": "pruned", "reason": f"stopped early at step {rung.step}"}
-            self.queue = [j for j in self.queue if j["trial"] != rid]
+            self.queue = [j for j in self.queue if j.trial != rid]
             return False
         return True
 
@@ -620,21 +623,22 @@ class Sweep:
             who = f"replicate {index} (seed {rep.seed}): " if self.seeds > 1 else ""
             self.doomed[rid] = {"status": status, "reason": who + (outcome.get("reason") or status),
                                 "crashed": bool(outcome.get("crashed"))}
-            self.queue = [j for j in self.queue if j["trial"] != rid]
-        if not any(t == rid for t, _ in self.jobs.values()) and not any(j["trial"] == rid for j in self.queue):
+            self.queue = [j for j in self.queue if j.trial != rid]
+        if not any(t == rid for t, _ in self.jobs.values()) and not any(j.trial == rid for j in self.queue):
             self._conclude(rid)
 
-    def _retry_alone(self, job: dict | None, rep: Replicate, outcome: dict) -> bool:
+    def _retry_alone(self, job: Job | None, rep: Replicate, outcome: dict) -> bool:
         """``search.on_oom: retry_alone``: a replicate that ran out of memory beside others
         on a shared device is queued first, to rerun from its checkpoint with a whole device
         to itself (the backend places ``alone`` jobs so). False: its OOM is final."""
         share = outcome.get("share")
-        if (job is None or job.get("alone") or share is None or share >= 1
+        if (job is None or job.alone or share is None or share >= 1
                 or self.space.spec.search.on_oom != "retry_alone"):
             return False
-        self._update_replicate(job["trial"], job["replicate"], status="queued", retried=outcome.get("reason"),
+        self._update_replicate(job.trial, job.replicate, status="queued", retried=outcome.get("reason"),
                                devices=outcome.get("devices") or rep.devices, peak_memory=outcome.get("peak_memory"))
-        self.queue.insert(0, {**job, "alone": True, "resume": True})
+        placement = job_placement(self.space.spec.search.resources, alone=True)
+        self.queue.insert(0, job.model_copy(update={"alone": True, "resume": True, **placement}))
         return True
 
     def _conclude(self, rid: str) -> None:

@@ -22,8 +22,9 @@ from contextlib import contextmanager
 from multiprocessing.connection import wait
 from typing import Callable
 
-from .devices import CPU, ENV, DevicePool, FallbackNotice, Placement, PoolError, job_placement
+from .devices import CPU, ENV, DevicePool, FallbackNotice, Placement, PoolError
 from .driver import Sweep, SweepError
+from .job import Job
 from .records import Rung
 
 GRACE = 30.0  # seconds past the time limit before a worker is killed
@@ -37,16 +38,17 @@ def _worker_main(conn, threads: int) -> None:
     torch.set_num_threads(threads)
     try:
         while True:
-            job = conn.recv()
-            if job is None:
+            given = conn.recv()
+            if given is None:
                 return
-            conn.send(("start", job["id"], None))  # the time limit runs from here, not from spawn
+            job = Job.model_validate(given)
+            conn.send(("start", job.id, None))  # the time limit runs from here, not from spawn
 
             def report(rung: Rung) -> bool:
-                conn.send(("rung", job["id"], rung.model_dump()))
+                conn.send(("rung", job.id, rung.model_dump()))
                 return conn.recv()
 
-            conn.send(("done", job["id"], run_trial(job, report)))
+            conn.send(("done", job.id, run_trial(job, report)))
     except (EOFError, OSError, KeyboardInterrupt):
         # the driver is gone (killed, SIGTERM: a broken pipe) or interrupted with the whole
         # process group: it records what became of the job, so the worker just ends
@@ -79,13 +81,13 @@ class _Worker:
         with _visible(devices):
             self.proc.start()
         child.close()
-        self.job: dict | None = None
+        self.job: Job | None = None
         self.placement: Placement | None = None
         self.started = 0.0
 
-    def give(self, job: dict, placement: Placement) -> None:
+    def give(self, job: Job, placement: Placement) -> None:
         self.job, self.placement, self.started = job, placement, time.time()
-        self.conn.send(job)
+        self.conn.send(job.model_dump())
 
     def kill(self) -> None:
         self.proc.kill()
@@ -106,23 +108,23 @@ class _Pool:
         self.ctx = mp.get_context("spawn")
         self.threads = max(1, int(self.resources.cpu))
         self.workers: list[_Worker] = []
-        self.waiting: list[dict] = []  # jobs the driver gave out that wait for a device
+        self.waiting: list[Job] = []  # jobs the driver gave out that wait for a device
         self.notice = FallbackNotice()
 
     def busy(self) -> list[_Worker]:
         return [w for w in self.workers if w.job]
 
-    def start(self, job: dict) -> bool:
+    def start(self, job: Job) -> bool:
         """Place ``job`` and give it to a worker on its devices; False: no device free."""
         idle = {w.devices for w in self.workers if w.job is None}
-        placement = self.devices.acquire(alone=bool(job.get("alone")), prefer=idle)
+        placement = self.devices.acquire(alone=job.alone, prefer=idle)
         if placement is None:
             return False
         worker = next((w for w in self.workers if w.job is None and w.devices == placement.devices), None)
         if worker is None:
             worker = _Worker(self.ctx, self.threads, placement.devices)
             self.workers.append(worker)
-        worker.give({**job, **job_placement(self.resources, job)}, placement)
+        worker.give(job, placement)
         return True
 
     def fill(self, sweep: Sweep, on_change: Callable[[], None]) -> None:
@@ -207,9 +209,9 @@ def _reap(sweep: Sweep, pool: _Pool) -> None:
                                      "out of memory or a crash in native code"}
             job = w.job
             pool.done(w)
-            sweep.finish(job["id"], {**outcome, "started": w.started, "finished": time.time(),
-                                     "wall_time": time.time() - w.started,
-                                     "devices": list(w.devices) or [CPU], "share": job.get("share")})
+            sweep.finish(job.id, {**outcome, "started": w.started, "finished": time.time(),
+                                  "wall_time": time.time() - w.started,
+                                  "devices": list(w.devices) or [CPU], "share": job.share})
     pool.workers = alive
 
 

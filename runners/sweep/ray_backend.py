@@ -24,8 +24,9 @@ import os
 import time
 from typing import Callable
 
-from .devices import FallbackNotice, job_placement, ray_resources
+from .devices import FallbackNotice, ray_resources
 from .driver import Sweep
+from .job import Job
 from .records import Rung
 
 
@@ -76,7 +77,7 @@ class GateSearcher(_Live, Searcher):
         job = sweep.next_job()  # a queued replicate first, else a newly asked and gated candidate
         self.changed()
         if job is not None:
-            return {"job": {**job, **job_placement(sweep.space.spec.search.resources, job)}}
+            return {"job": job.model_dump()}  # Tune's trial config: plain data
         # a running candidate may still queue a rerun (out of memory): not finished yet
         return Searcher.FINISHED if not sweep.wants_more() and not sweep.active else None
 
@@ -101,11 +102,11 @@ class ParetoScheduler(_Live, FIFOScheduler):
     def on_trial_result(self, tune_controller, trial, result):
         if "rung" not in result:
             return TrialScheduler.CONTINUE
-        job = trial.config["job"]
-        rid = job["id"]
+        job = _job(trial)
+        rid = job.id
         if self.sweep.on_rung(rid, Rung.model_validate_json(result["rung"])):
             return TrialScheduler.CONTINUE
-        started = self.sweep.records[job["trial"]].started or time.time()
+        started = self.sweep.records[job.trial].started or time.time()
         self.sweep.finish(rid, {"status": "pruned", "reason": f"stopped early at step {result['step']}",
                                 "node": result.get("node"), "devices": [d for d in result.get("devices", "").split(",") if d],
                                 "wall_time": time.time() - started})
@@ -121,14 +122,18 @@ class RecordCallback(_Live, Callback):
         if "outcome" in result:
             outcome = json.loads(result["outcome"])
             self.notice.seen(outcome)
-            self.sweep.finish(trial.config["job"]["id"], outcome)
+            self.sweep.finish(_job(trial).id, outcome)
             self.changed()
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self.sweep.finish(trial.config["job"]["id"], {
+        self.sweep.finish(_job(trial).id, {
             "status": "failed", "crashed": True,
             "reason": f"the trial's Ray actor died: {_error(trial)}"})
         self.changed()
+
+
+def _job(trial) -> Job:
+    return Job.model_validate(trial.config["job"])
 
 
 def _error(trial) -> str:
@@ -143,7 +148,7 @@ def _request(resources, config: dict):
     """The placement group of one trial: its job's resources (a rerun alone asks more)."""
     from ray.tune import PlacementGroupFactory
 
-    wanted = ray_resources(resources, config["job"])
+    wanted = ray_resources(resources, Job.model_validate(config["job"]).alone)
     cpu, gpu = wanted.pop("cpu"), wanted.pop("gpu")
     return PlacementGroupFactory([{"CPU": cpu, "GPU": gpu, **wanted}])
 

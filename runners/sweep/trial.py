@@ -3,10 +3,10 @@ report each rung, measure its serving objectives on the trained model, and retur
 outcome. A trial never raises: an exception, a NaN, an out-of-memory error or the time
 limit each become an outcome with a reason.
 
-Devices (:mod:`runners.sweep.devices`): a job that asks for a GPU (``job['gpu']`` > 0)
+Devices (:mod:`runners.sweep.devices`): a job that asks for a GPU (``job.gpu`` > 0)
 trains on ``cuda`` when CUDA is available in this process, which sees only the devices its
 ``CUDA_VISIBLE_DEVICES`` names, else on CPU (the outcome's ``fallback`` says why); with a
-share below one device (``job['share']``) and ``job['memory_cap']`` its CUDA memory is capped
+share below one device (``job.share``) and ``job.memory_cap`` its CUDA memory is capped
 at that share. A CUDA out-of-memory error is the outcome ``oom``, with the allocator's peak.
 
 Test hook: ``LOOPNAS_TEST_OOM=t0001,t0004`` (trial ids) makes those trials raise
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import devices
+from .job import Job, ServingJob
 from .records import Rung
 
 TEST_OOM = "LOOPNAS_TEST_OOM"
@@ -50,21 +51,20 @@ def _set_threads() -> None:
         torch.set_num_threads(threads)
 
 
-def run_trial(job: dict[str, Any], report: Report) -> dict[str, Any]:
-    """Train ``job['arch']`` with ``job['config']``; ``job['metric']`` names the quality
-    objective, ``job['serving']`` the serving objectives (``name``, ``metric``,
-    ``seq_len``, ``batch_size``; measured after training), ``job['timeout']`` the time
-    limit in seconds (checked at every evaluation)."""
+def run_trial(job: Job, report: Report) -> dict[str, Any]:
+    """Train ``job.arch`` with ``job.config``; ``job.metric`` names the quality objective,
+    ``job.serving`` the serving objectives (measured after training), ``job.timeout`` the
+    time limit in seconds (checked at every evaluation)."""
     start = time.time()
     outcome: dict[str, Any] = {"status": "failed", "reason": None, "rungs": [], "measured": [],
-                               "started": start, "node": job.get("node") or socket.gethostname(),
-                               "devices": [devices.CPU], "share": job.get("share"), "peak_memory": None}
+                               "started": start, "node": job.node or socket.gethostname(),
+                               "devices": [devices.CPU], "share": job.share, "peak_memory": None}
     cuda = False
     try:
         _set_threads()
         device, outcome["fallback"] = _place(job)
         cuda = device.startswith("cuda")
-        if job.get("gpu") or cuda:
+        if job.gpu or cuda:
             outcome["devices"] = devices.visible()
         outcome["ran_on"] = "cuda" if cuda else "cpu"
         outcome.update(_train(job, report, start, device))
@@ -79,20 +79,20 @@ def run_trial(job: dict[str, Any], report: Report) -> dict[str, Any]:
     return outcome
 
 
-def _place(job: dict[str, Any]) -> tuple[str, str | None]:
+def _place(job: Job) -> tuple[str, str | None]:
     """The torch device of this job and, when it asked for a GPU and got the CPU, why.
     A GPU job's device is ``cuda`` (the first visible device); its memory cap and peak
     counters are set here, as a reused worker's previous job left them."""
     import torch
 
-    if not job.get("gpu"):
-        return job["config"].get("device", "cpu"), None
+    if not job.gpu:
+        return job.config.get("device", "cpu"), None
     if not torch.cuda.is_available():
         where = os.environ.get(devices.ENV)
         seen = f"{devices.ENV}={where}" if where is not None else "no GPU visible"
         return "cpu", f"CUDA is not available in the trial's process ({seen})"
-    share = job.get("share") or 1.0
-    cap = share if job.get("memory_cap", True) and share < 1 else 1.0
+    share = job.share or 1.0
+    cap = share if job.memory_cap and share < 1 else 1.0
     for i in range(torch.cuda.device_count()):
         torch.cuda.set_per_process_memory_fraction(cap, i)
         torch.cuda.reset_peak_memory_stats(i)
@@ -117,11 +117,11 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError)
 
 
-def _test_oom(job: dict[str, Any]) -> bool:
+def _test_oom(job: Job) -> bool:
     """The test hook of the module docstring: this trial is named and shares a device."""
     named = dict((t.strip().split(":") + [""])[:2] for t in os.environ.get(TEST_OOM, "").split(","))
-    when = named.get(job.get("trial", job.get("id")))
-    return when == "always" or when == "" and (job.get("share") or 1.0) < 1
+    when = named.get(job.trial)
+    return when == "always" or when == "" and (job.share or 1.0) < 1
 
 
 def _reason(exc: BaseException) -> str:
@@ -136,24 +136,24 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
 
 
-def _train(job: dict[str, Any], report: Report, start: float, device: str) -> dict[str, Any]:
+def _train(job: Job, report: Report, start: float, device: str) -> dict[str, Any]:
     import torch
 
     from nas.spec import ArchSpec
     from runners.train import CHECKPOINT, TrainConfig, train
 
-    arch = ArchSpec.model_validate(job["arch"])
-    config = TrainConfig.model_validate({**job["config"], "progress": False, "device": device})
-    metric, timeout = job["metric"], job.get("timeout")
-    out_dir = Path(job["dir"])
-    resume = out_dir / CHECKPOINT if job.get("resume") and (out_dir / CHECKPOINT).is_file() else None
+    arch = ArchSpec.model_validate(job.arch)
+    config = TrainConfig.model_validate({**job.config, "progress": False, "device": device})
+    metric, timeout = job.metric, job.timeout
+    out_dir = Path(job.dir)
+    resume = out_dir / CHECKPOINT if job.resume and (out_dir / CHECKPOINT).is_file() else None
     rungs: list[dict] = []
     stop: dict[str, str] = {}
 
     def callback(step: int, metrics: dict[str, float]) -> bool:
         if _test_oom(job):
-            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory ({TEST_OOM}): {job['id']} outgrew its "
-                                              f"share {job.get('share')} of device {os.environ.get(devices.ENV)}")
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory ({TEST_OOM}): {job.id} outgrew its "
+                                              f"share {job.share} of device {os.environ.get(devices.ENV)}")
         rung = Rung(step=step, quality=quality_of(metrics, metric), metrics=metrics)
         rungs.append(rung.model_dump())
         if not report(rung):
@@ -176,9 +176,9 @@ def _train(job: dict[str, Any], report: Report, start: float, device: str) -> di
         known = ", ".join(sorted(result.final)) or "none"
         return {"status": "failed", "rungs": rungs,
                 "reason": f"the proxy reports no metric {metric!r}; it reports: {known}"}
-    if job.get("serving"):
+    if job.serving:
         try:
-            _measure_serving(job["serving"], result.arch, config, out_dir / CHECKPOINT, measured)
+            _measure_serving(job.serving, result.arch, config, out_dir / CHECKPOINT, measured)
         except Exception as exc:  # the proxy trained; its serving measurement did not run
             return {"status": "oom" if _is_oom(exc) else "failed", "rungs": rungs,
                     "reason": f"serving measurement: {_reason(exc)}"}
@@ -186,7 +186,7 @@ def _train(job: dict[str, Any], report: Report, start: float, device: str) -> di
             "steps": result.steps, "tokens": result.tokens}
 
 
-def _measure_serving(objectives: list[dict], arch, config, checkpoint: Path, measured: list[dict]) -> None:
+def _measure_serving(objectives: tuple[ServingJob, ...], arch, config, checkpoint: Path, measured: list[dict]) -> None:
     """Each point's serving objectives, measured on the trained weights at its loop count
     (an elastic trial: at each evaluated k), in the serving dtype (bf16 where the trainer
     ran under bf16 autocast)."""
@@ -204,7 +204,8 @@ def _measure_serving(objectives: list[dict], arch, config, checkpoint: Path, mea
     served, _ = for_serving(model, dtype)
     elastic = [m for m in measured if m["k"] is not None]
     for m in elastic or measured:
-        m["serving"] = serving_values(served, objectives, loops=m["k"], dtype=dtype, train_model=model)
+        m["serving"] = serving_values(served, [o.model_dump() for o in objectives], loops=m["k"], dtype=dtype,
+                                      train_model=model)
 
 
 def ray_trainable(config: dict[str, Any]) -> None:
@@ -213,11 +214,11 @@ def ray_trainable(config: dict[str, Any]) -> None:
     import ray
     from ray import tune
 
-    job = {**config["job"], "node": ray.get_runtime_context().get_node_id()}
+    job = Job.model_validate({**config["job"], "node": ray.get_runtime_context().get_node_id()})
     given = ",".join(devices.visible())  # Ray set CUDA_VISIBLE_DEVICES for this actor
 
     def report(rung: Rung) -> bool:
-        tune.report({"rung": rung.model_dump_json(), "step": rung.step, "node": job["node"], "devices": given,
+        tune.report({"rung": rung.model_dump_json(), "step": rung.step, "node": job.node, "devices": given,
                      "quality": rung.quality if rung.quality is not None else float("nan")})
         return True
 
