@@ -34,17 +34,11 @@ def _linear(kind: str, kwargs: dict, ctx: BuildCtx) -> nn.Module:
     return linear_mixers.TORCH_LAYERS[kind](**kwargs)
 
 
-_MAMBA2_CHUNK_DEFAULT = Mamba2Spec.model_fields["chunk_size"].default
-
-
 def _linear_builder(kind: str):
     def build(spec, ctx: BuildCtx) -> nn.Module:
         kwargs = _fields(spec)
-        if kind == "mamba2" and ctx.backend != "fla" and kwargs["chunk_size"] == _MAMBA2_CHUNK_DEFAULT:
-            # the spec's default (fla's 256) is a kernel setting, not the model: the torch scan
-            # picks its chunk from T (chunk_size_for), the same result to round-off and far less
-            # padding; a canonical spec writes the default out, so only another value is kept
-            kwargs["chunk_size"] = None
+        if kwargs.get("chunk_size", 0) is None and ctx.backend == "fla":
+            del kwargs["chunk_size"]  # fla's layer keeps its own default
         return _linear(kind, kwargs, ctx)
     return build
 

@@ -184,7 +184,10 @@ class Mamba2Spec(Spec):
     rmsnorm: bool = True
     norm_before_gate: bool = False
     norm_eps: PosFloat = 1e-5
-    chunk_size: PositiveInt = 256
+    chunk_size: PositiveInt | None = Field(None, description="the SSD scan's chunk, a kernel setting "
+                                           "(same results to round-off); None: chosen from T on CPU "
+                                           "(builders.ops.linear.chunk_size_for), fla's own default "
+                                           "on the fla backend")
 
 
 class AttnSpec(Spec):

@@ -355,15 +355,18 @@ def test_fla_layers_point_decoding_to_the_torch_backend():
         layer(torch.randn(1, 3, 64), cache={})
 
 
-def test_mamba2_spec_default_chunk_lets_the_torch_scan_pick():
-    """Mamba2Spec's chunk_size default (fla's 256) builds a torch layer that picks its chunk
-    from T (chunk_size=None); any other value is kept; fla's layer keeps the spec's value."""
-    from builders.ops_registry import _MAMBA2_CHUNK_DEFAULT
+def test_mamba2_spec_default_chunk_lets_each_backend_pick():
+    """Mamba2Spec's chunk_size default (None) builds a torch layer that picks its chunk from
+    T (chunk_size_for) and an fla layer with fla's own default; a value set is kept by both."""
+    import inspect
+
+    from builders.layers.linear_mixers import fla_layer_class
     from builders.registry import BuildCtx, build_op
     from nas.spec import Mamba2Spec
 
     spec = {"head_dim": 8, "state_size": 8}
     assert build_op(Mamba2Spec(**spec), BuildCtx(width=16)).chunk_size is None
     assert build_op(Mamba2Spec(**spec, chunk_size=32), BuildCtx(width=16)).chunk_size == 32
-    fla = build_op(Mamba2Spec(**spec), BuildCtx(width=16, backend="fla"))
-    assert fla.chunk_size == _MAMBA2_CHUNK_DEFAULT
+    fla_default = inspect.signature(fla_layer_class("mamba2")).parameters["chunk_size"].default
+    assert build_op(Mamba2Spec(**spec), BuildCtx(width=16, backend="fla")).chunk_size == fla_default
+    assert build_op(Mamba2Spec(**spec, chunk_size=32), BuildCtx(width=16, backend="fla")).chunk_size == 32

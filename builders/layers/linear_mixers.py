@@ -403,7 +403,7 @@ class Mamba2Torch(nn.Module):
     ``n_groups`` in ``{1, num_heads}``.
 
     ``chunk_size=None`` (the default) lets the scan pick its chunk from T
-    (:func:`builders.ops.linear.chunk_size_for`); fla's layer takes 256.
+    (:func:`builders.ops.linear.chunk_size_for`), as a spec's default does; fla's layer defaults to 256.
     """
 
     def __init__(
