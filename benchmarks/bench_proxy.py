@@ -10,10 +10,11 @@ other jobs on the machine do not inflate it; one thread does all the work). Prin
   ``layer.mixer: {kind: attn, num_heads: 2}``, the quickstart's attention);
 - ``GFLOP/s``: the cost model's training FLOPs per token (:func:`nas.cost.train_flops_at`:
   forward + twice the forward for the backward, a truncated backward priced as such) × the
-  step's tokens / step time;
+  step's tokens / step time (:func:`runners.bench.mfu.model_flops`);
 - ``matmul``: FLOP/s of the model's own training matmuls (every Linear and the head, forward,
   input- and weight-gradient products at B·T rows) timed in this process
-  (:func:`runners.bench.timing.training_matmul_flops`); ``MFU`` = GFLOP/s ÷ matmul.
+  (:func:`runners.bench.mfu.matmul_rate`, as ``loopnas bench`` does on CPU); ``MFU`` =
+  GFLOP/s ÷ matmul.
 
 ``python benchmarks/bench_proxy.py [--repeats 7] [--seq-lens 8,64,256] [--out FILE.md]``
 """
@@ -29,10 +30,9 @@ import yaml
 
 from builders.model import build_model
 from nas import load_arch, loads_arch
-from nas.cost import train_flops_at
 from runners.bench.compare import provenance
 from runners.bench.measure import train_step
-from runners.bench.timing import matmul_shapes, training_matmul_flops
+from runners.bench.mfu import matmul_rate, model_flops
 
 BATCH = 32
 BASELINE = "attention twin"
@@ -80,9 +80,8 @@ def measure(seq_len: int, repeats: int) -> list[dict]:
     rows = []
     for name, arch in archs.items():
         seconds = statistics.median(times[name][1:])
-        achieved = BATCH * seq_len * train_flops_at(arch, None, seq_len) / seconds
-        matmul = training_matmul_flops(matmul_shapes(prepared[name][0]), BATCH * seq_len, torch.device("cpu"),
-                                       clock=time.process_time)
+        achieved = model_flops(arch, seq_len, BATCH * seq_len / seconds)
+        matmul = matmul_rate(prepared[name][0], BATCH * seq_len, clock=time.process_time)
         rows.append({"model": name, "T": seq_len, "ms": 1e3 * seconds, "flops": achieved, "matmul": matmul})
     base = next(r["ms"] for r in rows if r["model"] == BASELINE)
     for r in rows:

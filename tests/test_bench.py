@@ -88,6 +88,31 @@ def test_bench_loops_measures_that_depth_and_prices_it(tmp_path, capsys, one_thr
     assert "--loops: loops=0: give a loop count >= 1" in capsys.readouterr().err
 
 
+def test_cpu_mfu_divides_the_cost_models_training_flops_by_the_models_own_matmuls(monkeypatch, one_thread):
+    """On CPU, train_mfu = tokens/s × training FLOPs per token (the cost model's, a truncated
+    backward priced as such) ÷ the FLOP/s of the model's own training matmuls at batch ×
+    context, timed in the process (runners.bench.mfu)."""
+    from nas.cost import figures_at, train_flops_at
+    from runners.bench import bench, mfu
+    from runners.bench.timing import matmul_shapes, training_matmul_flops
+
+    timed = []
+
+    def spy(shapes, rows, *args, **kw):
+        timed.append((sorted(shapes), rows, training_matmul_flops(shapes, rows, *args, **kw)))
+        return timed[-1][2]
+
+    monkeypatch.setattr(mfu, "training_matmul_flops", spy)
+    arch = load_arch(arch_path("tiny_truncated"))
+    [row] = bench(arch, [16], [2], repeats=1, decode_tokens=1, search=False).rows
+    shapes = sorted(matmul_shapes(build_model(arch, backend="torch")))
+    assert timed == [(shapes, 2 * 16, row.matmul_flops)] and row.matmul_flops > 1e8
+    assert 0 < row.train_mfu <= 1
+    flops = train_flops_at(arch, None, 16)
+    assert flops < 3 * figures_at(arch, None, 16).forward_flops  # the truncated backward is cheaper
+    assert row.train_mfu == pytest.approx(row.train_tokens_per_s * flops / row.matmul_flops, rel=1e-9)
+
+
 def test_unknown_spec_is_an_error_without_traceback():
     proc = subprocess.run([sys.executable, "-m", "runners", "bench", "no_such_spec.yaml"],
                           capture_output=True, text=True, cwd=REPO, timeout=120)

@@ -16,7 +16,8 @@ PLOTTED = (("train_tokens_per_s", "training"), ("prefill_tokens_per_s", "prefill
 
 
 def table(result: BenchResult) -> Table:
-    """Throughput: tokens/s over the batch; MFU against the measured matmul peak."""
+    """Throughput: tokens/s over the batch; MFU against a matmul rate measured in the process
+    (:mod:`.mfu`)."""
     t = Table(title=f"{result.spec}: tokens/s on {result.device} ({result.device_name}), {result.dtype}, "
                     f"backend {result.backend}"
                     + (f" (serving: {result.serving_backend})" if result.serving_backend not in (None, result.backend) else "")

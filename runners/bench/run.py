@@ -3,9 +3,10 @@ process, plus the device's measured matmul peak and the largest context that fit
 
 Per grid point: the serving peak memory (which also warms the kernels up), prefill and
 decode throughput with the cache size, and a training step's throughput, peak memory and
-model FLOPs utilisation (``3 × forward FLOPs per token`` from :mod:`nas.cost` at that
-context, over the measured peak). A grid point that runs out of memory is recorded as such
-and the grid goes on.
+model FLOPs utilisation (:mod:`.mfu`: the cost model's training FLOPs over a matmul rate
+timed in this process, the model's own training matmuls at batch × context on CPU, the
+square-matmul peak on CUDA). A grid point that runs out of memory is recorded as such and
+the grid goes on.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from nas.spec import ArchSpec
 
 from .measure import ContextLimit, for_serving, max_context, measure_serving, measure_train, serving_peak
 from .memory import CPU_METHOD, CUDA_METHOD
+from .mfu import matmul_rate, model_flops
 from .timing import matmul_peak_flops
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -32,6 +34,9 @@ class BenchRow(BaseModel):
     train_tokens_per_s: float | None = None
     train_step_ms: float | None = None
     train_mfu: float | None = None
+    matmul_flops: float | None = Field(None, description="FLOP/s train_mfu divides by: the model's own "
+                                       "training matmuls at batch × context (CPU), the square-matmul "
+                                       "peak (CUDA); runners.bench.mfu")
     train_peak_memory_bytes: int | None = None
     prefill_tokens_per_s: float | None = None
     prefill_ms: float | None = None
@@ -59,7 +64,8 @@ class BenchResult(BaseModel):
     repeats: int
     decode_tokens: int
     memory_method: str
-    peak_flops: float = Field(description="FLOP/s of a large matmul in dtype, measured in this process")
+    peak_flops: float = Field(description="FLOP/s of a large square matmul in dtype, measured in this "
+                              "process (CUDA's MFU denominator)")
     rows: list[BenchRow]
     limits: list[dict] = Field(default_factory=list, description="largest context that fits, per batch size")
     memory_limit: int | None = None
@@ -104,9 +110,10 @@ def measure_point(model, serving_model, arch: ArchSpec, batch_size: int, context
 
     def train() -> dict:
         t = measure_train(model, batch_size, context, dtype, loops, repeats)
+        rate = matmul_rate(model, batch_size * context, dtype, peak=peak_flops)
         return {"train_tokens_per_s": t.tokens_per_s, "train_step_ms": t.step_ms,
-                "train_peak_memory_bytes": t.peak.bytes,
-                "train_mfu": t.tokens_per_s * 3 * figures.forward_flops / peak_flops}
+                "train_peak_memory_bytes": t.peak.bytes, "matmul_flops": rate,
+                "train_mfu": model_flops(arch, context, t.tokens_per_s, loops) / rate}
 
     served, why = _guarded(serve, device)
     trained, why_train = _guarded(train, device)

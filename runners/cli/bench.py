@@ -117,6 +117,8 @@ def bench_cmd(
             console.print(f"batch {r.batch_size}, context {r.context}: {r.error}", highlight=False, markup=False)
     if result.limits:
         literal.print(limits_table(result))
-    console.print(f"peak memory: {result.memory_method}; matmul peak {result.peak_flops / 1e9:.4g} GFLOP/s "
-                  f"({result.dtype})", highlight=False, markup=False)
+    rate = ("the model's own training matmuls at batch × context, timed here" if result.device == "cpu"
+            else f"a square matmul's peak, {result.peak_flops / 1e9:.4g} GFLOP/s")
+    console.print(f"peak memory: {result.memory_method}; MFU: the cost model's training FLOPs over "
+                  f"{rate} ({result.dtype})", highlight=False, markup=False)
     console.print(f"wrote {json_path} and {png_path}", highlight=False, markup=False)
