@@ -3,23 +3,17 @@ entering at the switch at exactly zero, elastic points only from a run that swit
 and trainer and cost model reading one schedule (:mod:`nas.elastic`)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
-from nas import load_arch
 from nas.cost import cost
 from nas.elastic import ONE_LOOP, phases, switch_step, train_dist
 from nas.spec import LoopDist
 from runners.train import CurriculumConfig, TrainConfig, train
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import arch
+
 TASK = {"vocab_size": 16, "seq_len": 16, "num_kv_pairs": 2}
-
-
-def arch(name: str):
-    return load_arch(ROOT / "spaces" / "archs" / f"{name}.yaml")
 
 
 def config(**kw) -> TrainConfig:

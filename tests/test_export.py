@@ -22,16 +22,14 @@ from runners.sweep.records import (
 )
 from runners.train import TrainConfig, train
 
+from helpers import arch
+
 ROOT = Path(__file__).resolve().parents[1]
 LOADER = Path(__file__).parent / "fixtures" / "export" / "load_without_loopnas.py"
 ROUND_TRIP = ("tiny_mixerloop", "tiny_lt2_interleave", "tiny_elr")  # looped, hybrid, elastic
 OBJECTIVES = [Objective(name="acc", direction="maximize", measured=True),
               Objective(name="projection_flops", direction="minimize", measured=False)]
 SEED = 7
-
-
-def arch(name: str) -> ArchSpec:
-    return load_arch(ROOT / "spaces" / "archs" / f"{name}.yaml")
 
 
 def write_experiment(exp: Path, trials: list[TrialRecord]) -> Path:

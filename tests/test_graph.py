@@ -13,7 +13,9 @@ from nas.load import load_arch, loads_arch
 from nas.spec import LoopRegion, OpAddr
 from runners.cli import main
 from runners.render import render
-from spaces import arch_names, arch_path
+from spaces import arch_names
+
+from helpers import arch
 
 NESTED = """
 name: nested
@@ -26,10 +28,6 @@ loop:
      update: {kind: gated_step}}
   - {boundary: mixer, T: 5, update: {kind: residual_gate, shared: true}}
 """
-
-
-def arch(name):
-    return load_arch(arch_path(name))
 
 
 def sublayer_runs(g) -> Counter:

@@ -1,21 +1,14 @@
 """``model(ids, loops=k)`` and ``projection_flops(arch, loops=k)`` allow the same loop
 counts, and refuse the others with one message naming the fix."""
-from pathlib import Path
-
 import pytest
 import torch
 
 from builders.model import build_model
-from nas import load_arch
 from nas.cost import projection_flops
 from nas.plan import loop_count_problem
 from nas.spec import PlainUpdate
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def arch(name: str):
-    return load_arch(ROOT / "spaces" / "archs" / f"{name}.yaml")
+from helpers import arch
 
 
 @pytest.mark.parametrize("name,k", [("tiny_mixerloop", 5), ("tiny_elr", 5)])

@@ -5,16 +5,14 @@ import pytest
 import torch
 
 from builders.model import build_model
-from nas.load import load_arch, loads_arch
+from nas.load import loads_arch
 from nas.twin import unrolled_twin
-from spaces import ARCHS, arch_names
+from spaces import arch_names
+
+from helpers import arch
 
 TINY = [n for n in arch_names() if n.startswith("tiny_")]
 FULL = [n for n in arch_names() if not n.startswith("tiny_")]
-
-
-def _arch(name: str):
-    return load_arch(ARCHS / f"{name}.yaml")
 
 
 def _batch(vocab: int, B: int = 2, T: int = 24, seed: int = 0):
@@ -26,7 +24,7 @@ def _batch(vocab: int, B: int = 2, T: int = 24, seed: int = 0):
 @pytest.mark.parametrize("name", TINY)
 def test_tiny_forward_backward(name):
     torch.manual_seed(0)
-    model = build_model(_arch(name), backend="torch")
+    model = build_model(arch(name), backend="torch")
     ids, labels = _batch(model.arch.model.vocab_size)
     out = model(ids, labels=labels)
     assert out.logits.shape == (*ids.shape, model.arch.model.vocab_size)
@@ -38,21 +36,21 @@ def test_tiny_forward_backward(name):
 
 @pytest.mark.parametrize("name", FULL)
 def test_full_size_builds_on_meta(name):
-    model = build_model(_arch(name), backend="torch", device="meta")
+    model = build_model(arch(name), backend="torch", device="meta")
     assert sum(p.numel() for p in model.parameters()) > 1_000_000
 
 
 @pytest.mark.parametrize("name", TINY + FULL)
 def test_state_dict_loads_into_fla_backend(name):
-    arch = _arch(name)
-    torch_model = build_model(arch, backend="torch", device="meta")
-    fla_model = build_model(arch, backend="fla", device="meta")
+    spec = arch(name)
+    torch_model = build_model(spec, backend="torch", device="meta")
+    fla_model = build_model(spec, backend="fla", device="meta")
     ours = {k: tuple(v.shape) for k, v in torch_model.state_dict().items()}
     theirs = {k: tuple(v.shape) for k, v in fla_model.state_dict().items()}
     assert ours == theirs
     if name.startswith("tiny_"):
-        real = build_model(arch, backend="fla")
-        result = real.load_state_dict(build_model(arch, backend="torch").state_dict(), strict=True)
+        real = build_model(spec, backend="fla")
+        result = real.load_state_dict(build_model(spec, backend="torch").state_dict(), strict=True)
         assert not result.missing_keys and not result.unexpected_keys
 
 
@@ -99,10 +97,10 @@ loop: {boundary: elr, prelude: 1, recurrent: 2, coda: 1, T: 3}
 @pytest.mark.parametrize("case", [*TWIN_SPECS, "elr"])
 def test_looped_equals_unrolled_twin(case):
     torch.manual_seed(0)
-    arch = loads_arch(ELR_PLAIN) if case == "elr" else _arch(TWIN_SPECS[case])
-    model = build_model(arch, backend="torch").double()
+    spec = loads_arch(ELR_PLAIN) if case == "elr" else arch(TWIN_SPECS[case])
+    model = build_model(spec, backend="torch").double()
     twin = _tied_twin(model).double()
-    ids, labels = _batch(arch.model.vocab_size, T=19)
+    ids, labels = _batch(spec.model.vocab_size, T=19)
     out, out_twin = model(ids, labels=labels), twin(ids, labels=labels)
     torch.testing.assert_close(out.logits, out_twin.logits, rtol=1e-10, atol=1e-10)
     out.loss.backward()
@@ -116,7 +114,7 @@ def test_looped_equals_unrolled_twin(case):
 def test_residual_gate_matches_hand_written_loop():
     """FullLoop with a non-zero ρ: h_τ = f(h_{τ-1}) + ρ_τ ⊙ h_{τ-1}."""
     torch.manual_seed(0)
-    model = build_model(_arch("tiny_fullloop"), backend="torch").double()
+    model = build_model(arch("tiny_fullloop"), backend="torch").double()
     with torch.no_grad():
         model.rho.normal_()
     ids, _ = _batch(256)
@@ -132,7 +130,7 @@ def test_residual_gate_matches_hand_written_loop():
 def test_elr_one_loop_equals_plain_model():
     """With zero-initialised conditioning, ELR at loops=1 is the plain model."""
     torch.manual_seed(0)
-    elr = build_model(_arch("tiny_elr"), backend="torch")
+    elr = build_model(arch("tiny_elr"), backend="torch")
     plain_spec = elr.arch.model_copy(update={"loops": (), "elastic": None})
     plain = build_model(plain_spec, backend="torch")
     plain.load_state_dict({k: v for k, v in elr.state_dict().items() if not k.startswith("loops.")})
@@ -143,7 +141,7 @@ def test_elr_one_loop_equals_plain_model():
 
 def test_loop_count_override_changes_depth():
     torch.manual_seed(0)
-    model = build_model(_arch("tiny_mixerloop"), backend="torch")
+    model = build_model(arch("tiny_mixerloop"), backend="torch")
     ids, _ = _batch(256)
     a, b = model(ids, loops=1).logits, model(ids, loops=4).logits
     assert not torch.allclose(a, b)
@@ -153,8 +151,7 @@ def test_loop_count_override_changes_depth():
 def test_coarse_to_fine_schedule_changes_windows():
     """Iteration 0 runs full attention; later iterations the scheduled windows."""
     torch.manual_seed(0)
-    arch = _arch("tiny_coarse_to_fine")
-    model = build_model(arch, backend="torch")
+    model = build_model(arch("tiny_coarse_to_fine"), backend="torch")
     seen = []
     for block in model.layers:
         original = block.mixer.forward
@@ -165,7 +162,7 @@ def test_coarse_to_fine_schedule_changes_windows():
 
 def test_routing_replay_reuses_first_loop_routing():
     torch.manual_seed(0)
-    model = build_model(_arch("tiny_moe_replay"), backend="torch")
+    model = build_model(arch("tiny_moe_replay"), backend="torch")
     moe = model.layers[1].ffn
     calls = []
     original = moe.forward
@@ -256,7 +253,7 @@ def test_hold_pattern_fixes_training_passes_and_restores():
     with pytest.raises(ValueError, match="one option per layer"):
         with model.hold_pattern([0, 1]):
             pass
-    plain = build_model(_arch("tiny_noloop"), backend="torch")
+    plain = build_model(arch("tiny_noloop"), backend="torch")
     with pytest.raises(ValueError, match="random-placement"):
         with plain.hold_pattern([0, 0]):
             pass

@@ -1,31 +1,23 @@
-"""The proxy trainer: golden curve, determinism, resume, learning, NaN, elastic depth,
-curriculum, LM end to end, the CLI.
-
-Regenerate the golden curve (after an intended change to the model or the trainer):
-``python tests/test_train.py --regen``.
-"""
+"""The proxy trainer: determinism, resume, learning, NaN, elastic depth, curriculum, LM end
+to end, the CLI. Its golden curves are in test_golden.py."""
 from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from nas import load_arch, loads_arch
+from nas import loads_arch
 from nas.cost import projection_flops
 from runners.elastic import loop_groups, projection_compute
 from runners.train import CurriculumConfig, TrainConfig, lr_at, param_groups, train, with_vocab
 
+from helpers import arch
+
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).parent / "assets" / "golden_tiny_noloop_mqar.json"
 MQAR = {"vocab_size": 32, "seq_len": 32, "num_kv_pairs": 4}
-
-
-def arch(name: str):
-    return load_arch(ROOT / "spaces" / "archs" / f"{name}.yaml")
 
 
 def config(**kw) -> TrainConfig:
@@ -35,37 +27,6 @@ def config(**kw) -> TrainConfig:
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one intra-op thread
-
-
-# ---------------------------------------------------------------- golden curve
-
-GOLDEN_CONFIG = dict(steps=25, batch_size=8, lr=3e-3, min_lr=3e-4, warmup_steps=5, eval_every=25, seed=0)
-
-
-def golden_run():
-    return train(arch("tiny_noloop"), config(**GOLDEN_CONFIG))
-
-
-def test_golden_loss_curve():
-    golden = json.loads(GOLDEN.read_text())
-    assert golden["config"] == GOLDEN_CONFIG and golden["task_params"] == MQAR
-    result = golden_run()
-    assert result.status == "ok"
-    assert len(result.losses) == len(golden["losses"]) == 25
-    assert result.losses == pytest.approx(golden["losses"], rel=1e-4, abs=1e-5)
-    assert result.final["eval_loss"] == pytest.approx(golden["eval_loss"], rel=1e-4)
-    # the curve goes down: the asset is not a flat line that any model would match
-    assert golden["losses"][-1] < golden["losses"][0] - 0.1
-
-
-def write_golden() -> None:
-    torch.set_num_threads(1)
-    result = golden_run()
-    GOLDEN.parent.mkdir(parents=True, exist_ok=True)
-    GOLDEN.write_text(json.dumps({
-        "spec": "tiny_noloop", "task": "mqar", "task_params": MQAR, "config": GOLDEN_CONFIG,
-        "torch": torch.__version__, "losses": result.losses,
-        "eval_loss": result.final["eval_loss"]}, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------- determinism, resume
@@ -331,10 +292,3 @@ def test_cli_bad_input_exits_2(capsys, argv, message):
     assert main(["train", "tiny_noloop", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--regen"]:
-        sys.exit("usage: python tests/test_train.py --regen")
-    write_golden()
-    print(f"wrote {GOLDEN}")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.errors import SpecError
+from nas.graph import summary
 from nas.noise import mean_se
 from nas.space import Space, cost_value, grid_size, spec_hash, violations
 
@@ -36,32 +37,6 @@ _ID, _RESUME = "loopnas_id", "loopnas_resume"
 
 class SweepError(ValueError):
     """A sweep cannot start (a usage problem): one line, exit code 2."""
-
-
-def summary(arch) -> str:
-    """One line: ``1L d=64 gdn·swiglu | FullLoop T=4`` (``MixerLoop T=2 ×6``, ``loop
-    layers 2..5 T=3``, ``ffn loop T=2 ×6``)."""
-    from collections import Counter
-
-    mixers = Counter(layer.mixer.kind for layer in arch.layers)
-    mix = "+".join(f"{n}{k}" if len(mixers) > 1 else k for k, n in mixers.items())
-    head = f"{len(arch.layers)}L d={arch.model.width} {mix}·{arch.layers[0].ffn.kind}"
-    kinds = Counter(_loop_kind(arch, r) for r in arch.loops)
-    loops = ", ".join(f"{kind}{f' ×{n}' if n > 1 else ''}" for kind, n in kinds.items())
-    return f"{head} | {loops or 'no loop'}"
-
-
-def _loop_kind(arch, r) -> str:
-    one_op = r.start == r.end
-    if r.start.layer == 0 and r.start.op == "mixer" and r.end.layer == arch.L - 1 and r.end.op == "ffn":
-        return f"FullLoop T={r.T}"
-    if one_op and r.start.op == "mixer":
-        return f"MixerLoop T={r.T}"
-    if one_op:
-        return f"{r.start.op} loop T={r.T}"
-    if r.start.op == "mixer" and r.end.op == "ffn":
-        return f"loop layers {r.start.layer}..{r.end.layer} T={r.T}"
-    return f"loop {r.start.op}{r.start.layer}..{r.end.op}{r.end.layer} T={r.T}"
 
 
 def make_sampler(space: Space, trials: int):
@@ -718,4 +693,4 @@ def default_out(space: Space) -> Path:
 
 
 __all__ = ["Sweep", "SweepError", "check_proxy", "make_sampler", "mean_points", "mean_rungs",
-           "proxy_config", "space_seeds", "summary", "default_out", "JOURNAL"]
+           "proxy_config", "space_seeds", "default_out", "JOURNAL"]
