@@ -67,7 +67,8 @@ class TrainConfig(_Data):
                                   "one, so their scores are compared on the same examples")
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16"] = Field("bfloat16", description="autocast dtype, CUDA only")
-    compile: bool = Field(False, description="torch.compile, CUDA only")
+    compile: bool = Field(False, description="torch.compile, CUDA only (on CPU a compile costs more "
+                          "than it saves within a trial: benchmarks/results/bench_compile.md)")
     backend: Literal["auto", "torch", "fla"] = "auto"
     checkpoint_every: PositiveInt | None = None
     curriculum: CurriculumConfig | None = None
