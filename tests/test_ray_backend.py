@@ -2,6 +2,7 @@
 study on storage holds exactly one Optuna trial per asked candidate, and the gate,
 replicates, placement, an out-of-memory rerun alone and the end of the search behave as on
 the local backend."""
+import json
 import textwrap
 
 import optuna
@@ -85,3 +86,13 @@ def test_a_replicate_out_of_memory_beside_others_is_given_again_alone(searched):
     again = job(searcher.suggest("ray_1"))
     assert (again.id, again.alone, again.resume, again.share) == (first.id, True, True, 1.0)
     assert ray_backend.ray_resources(sweep.space.spec.search.resources, again.alone)["gpu"] == 1.0
+
+
+def test_a_job_is_plain_data_and_refuses_a_field_it_does_not_know(searched):
+    from pydantic import ValidationError
+
+    _, searcher, _ = searched
+    given = searcher.suggest("ray_0")["job"]
+    assert Job.model_validate(json.loads(json.dumps(given))) == Job.model_validate(given)
+    with pytest.raises(ValidationError, match="gpus"):
+        Job.model_validate({**given, "gpus": 1})

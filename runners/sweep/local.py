@@ -41,8 +41,8 @@ def _worker_main(conn, threads: int) -> None:
             given = conn.recv()
             if given is None:
                 return
+            conn.send(("start", given["id"], None))  # the time limit runs from here, not from spawn
             job = Job.model_validate(given)
-            conn.send(("start", job.id, None))  # the time limit runs from here, not from spawn
 
             def report(rung: Rung) -> bool:
                 conn.send(("rung", job.id, rung.model_dump()))
