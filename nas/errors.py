@@ -30,7 +30,13 @@ class Problem:
         return f"{where}{at}{self.message}"
 
 
-class SpecError(ValueError):
+class LoopnasError(ValueError):
+    """A problem the user can fix (a spec, a flag, a file, a sweep that cannot start): the
+    command line prints its message, ``error:`` before each line, and exits with code 2.
+    Every such error derives from it, so ``runners.cli.main`` catches it once."""
+
+
+class SpecError(LoopnasError):
     """A spec (or space) is invalid; carries every problem found."""
 
     def __init__(self, problems: list[Problem], source: str | None = None):

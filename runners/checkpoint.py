@@ -18,12 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from nas.errors import LoopnasError
+
 CHECKPOINT = "checkpoint.pt"
 RESULT = "result.json"
 _PLAIN = (str, bytes, int, float, bool, type(None))
 
 
-class CheckpointError(ValueError):
+class CheckpointError(LoopnasError):
     """A file that cannot be loaded as a loopnas checkpoint: one line, exit code 2."""
 
 

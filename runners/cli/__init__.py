@@ -9,10 +9,9 @@ import sys
 
 import typer
 
-from nas.errors import SpecError
-from runners.checkpoint import CheckpointError
+from nas.errors import LoopnasError
 
-from .common import UsageError, console_err
+from .common import console_err
 
 app = typer.Typer(
     name="loopnas",
@@ -39,18 +38,16 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: known errors become one line per problem and exit code 2."""
+    """Entry point: a known error (:class:`nas.errors.LoopnasError`: a bad spec, flag, file or
+    sweep) becomes one line per problem and exit code 2, never a traceback."""
     for stream in (sys.stdout, sys.stderr):  # a path may hold bytes that are not UTF-8
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     try:
         rc = app(args=argv, standalone_mode=False)
-    except SpecError as exc:
-        for line in str(exc).splitlines():
+    except LoopnasError as exc:
+        for line in str(exc).splitlines() or [type(exc).__name__]:
             console_err.print(f"error: {line}", markup=False, highlight=False)
-        return 2
-    except (UsageError, CheckpointError) as exc:
-        console_err.print(f"error: {exc}", markup=False, highlight=False)
         return 2
     except typer.Exit as exc:
         return exc.exit_code

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import app
-from .common import OutOpt, SpaceArg, UsageError, console
+from .common import EngineOpt, OldEngineOpt, OutOpt, SpaceArg, UsageError, console, pick_engine
 
 
 def _budgets(text: str) -> tuple[float, ...]:
@@ -55,8 +55,9 @@ def calibrate_cmd(
         "--seeds", min=2, help="Seed replicates per candidate (default: the space's proxy.seeds when "
                                "above 1, else 3).", show_default=False)] = None,
     budgets: Annotated[str, typer.Option("--budgets", help="Multiples of the proxy's steps to train at, e.g. 1,2,4.")] = "1",
-    backend: Annotated[str, typer.Option("--backend", help="optuna: local worker processes; ray: Ray Tune.")] = "optuna",
+    engine: EngineOpt = None,
     address: Annotated[str | None, typer.Option("--address", help="Join an existing Ray cluster (auto or host:port).")] = None,
+    backend: OldEngineOpt = None,
 ) -> None:
     """Train every candidate of a space's grid (or one parameter at a time, for large
     spaces) with several seeds, and say per parameter whether candidates that differ only
@@ -71,7 +72,8 @@ def calibrate_cmd(
     """
     from nas.space import load_space
     from runners.calibrate import CALIBRATION, run_calibration, write
-    from runners.sweep.driver import SweepError, default_out
+    from runners.sweep.driver import default_out
+    from runners.sweep.run import DEFAULT_BACKEND
 
     loaded = load_space(space)
     if loaded.spec.oneshot is not None:
@@ -80,9 +82,7 @@ def calibrate_cmd(
     where = out or default_out(loaded) / CALIBRATION
     try:
         cal = run_calibration(loaded, Path(where), seeds=seeds or (loaded.spec.proxy.seeds if loaded.spec.proxy.seeds > 1 else 3), budgets=_budgets(budgets),
-                              backend=backend, address=address)
-    except SweepError as exc:
-        raise UsageError(str(exc)) from None
+                              backend=pick_engine(engine, backend) or DEFAULT_BACKEND, address=address)
     except KeyboardInterrupt:
         console.print(f"interrupted: run the same command again to continue ({where})")
         raise typer.Exit(130) from None

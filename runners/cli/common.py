@@ -7,11 +7,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from nas.errors import LoopnasError
+
 console = Console(soft_wrap=True)
 console_err = Console(stderr=True, soft_wrap=True)
 
 
-class UsageError(ValueError):
+class UsageError(LoopnasError):
     """A bad command-line value: printed as one line, exit code 2."""
 
 
@@ -30,6 +32,11 @@ SeqLenOpt = Annotated[int | None, typer.Option(
     "--seq-len", help="Context length at which sequence-mixing FLOPs and memory are priced.", show_default=False)]
 TokensOpt = Annotated[float | None, typer.Option(
     "--tokens", help="A token count (e.g. 2e5 or 52.43e9).", show_default=False)]
+EngineOpt = Annotated[str | None, typer.Option(
+    "--engine", help="What runs the trials: optuna (local worker processes, the default) or ray (Ray Tune: "
+                     "a local instance, or a cluster with --address).", show_default=False)]
+# --backend names the model backend (auto, torch, fla) of train and bench
+OldEngineOpt = Annotated[str | None, typer.Option("--backend", hidden=True, help="Deprecated: --engine.")]
 
 
 def token_count(tokens: float | None) -> int | None:
@@ -39,6 +46,17 @@ def token_count(tokens: float | None) -> int | None:
     if not 1 <= tokens < float("inf"):
         raise UsageError(f"--tokens must be a positive finite number (got {tokens:g})")
     return int(tokens)
+
+
+def pick_engine(given: str | None, old: str | None) -> str | None:
+    """``--engine``, or its deprecated spelling ``--backend`` with one line on stderr."""
+    if old is None:
+        return given
+    if given is not None:
+        raise UsageError("give --engine only (--backend is its deprecated spelling)")
+    console_err.print("warning: --backend is deprecated here: use --engine (--backend is the model backend "
+                      "of train and bench)", markup=False, highlight=False)
+    return old
 
 
 def spec_path(spec: Path) -> Path:

@@ -89,24 +89,20 @@ def export_cmd(
     loopnas export mixerloop_15m --out ml15m/ --scale-to 1.3e9 ;
     loopnas export hybrid.yaml --checkpoint ckpt.pt --format auto --out native/
     """
-    from runners.export import ExportError, export_spec, export_trial
+    from runners.export import export_spec, export_trial
 
-    is_experiment = source.is_dir()
-    try:
-        if is_experiment or trial is not None or pick is not None:
-            if checkpoint is not None:
-                raise UsageError("--checkpoint is for a spec; a trial's weights come with --with-weights")
-            _warn_unreadable(source)
-            result = export_trial(source, out, trial=trial, pick=pick.value if pick else None,
-                                  with_weights=with_weights, scale_to=scale_to, vary=vary.value,
-                                  fmt=format.value)
-        else:
-            if with_weights and checkpoint is None:
-                raise UsageError("a spec has no trained weights: give --checkpoint CKPT")
-            result = export_spec(spec_path(source), out, checkpoint=checkpoint, scale_to=scale_to,
-                                 vary=vary.value, fmt=format.value)
-    except ExportError as exc:
-        raise UsageError(str(exc)) from None
+    if source.is_dir() or trial is not None or pick is not None:
+        if checkpoint is not None:
+            raise UsageError("--checkpoint is for a spec; a trial's weights come with --with-weights")
+        _warn_unreadable(source)
+        result = export_trial(source, out, trial=trial, pick=pick.value if pick else None,
+                              with_weights=with_weights, scale_to=scale_to, vary=vary.value,
+                              fmt=format.value)
+    else:
+        if with_weights and checkpoint is None:
+            raise UsageError("a spec has no trained weights: give --checkpoint CKPT")
+        result = export_spec(spec_path(source), out, checkpoint=checkpoint, scale_to=scale_to,
+                             vary=vary.value, fmt=format.value)
     console.print(f"exported {result.arch.name} to {result.out}"
                   + (" with weights" if result.with_weights else "")
                   + (f" (loops={result.loops})" if result.loops is not None else ""), markup=False)

@@ -55,11 +55,9 @@ def report_cmd(experiment: ExpArg, seq_len: SeqLenOpt = None) -> None:
 
     if seq_len is not None and seq_len < 1:
         raise UsageError(f"--seq-len must be a positive integer (got {seq_len})")
-    from runners.sweep.records import RecordError
-
     try:
         report = write_report(experiment, seq_len=seq_len)
-    except (FileNotFoundError, RecordError) as exc:  # no experiment there, or its record is damaged
+    except FileNotFoundError as exc:  # no experiment there (a damaged record is a RecordError)
         raise UsageError(str(exc)) from None
     except OSError as exc:  # a full disk, a read-only directory, report/ that is a file
         raise UsageError(write_problem(exc, f"cannot write the report in {experiment / 'report'}",

@@ -115,8 +115,6 @@ def status_cmd(
 
     Example: loopnas status runs/quickstart --json
     """
-    from runners.sweep.records import RecordError
-
     try:
         data = status_data(exp_dir) if as_json else None
         if as_json:
@@ -124,5 +122,5 @@ def status_cmd(
             typer.echo(json.dumps(data, indent=2))
         else:
             print_status(exp_dir)
-    except (FileNotFoundError, NotADirectoryError, RecordError) as exc:
+    except (FileNotFoundError, NotADirectoryError) as exc:
         raise UsageError(str(exc)) from None

@@ -7,18 +7,19 @@ from typing import Annotated
 import typer
 
 from . import app
-from .common import OutOpt, SeedsOpt, SpaceArg, UsageError, console
+from .common import EngineOpt, OldEngineOpt, OutOpt, SeedsOpt, SpaceArg, UsageError, console, pick_engine
 
 
 @app.command("sweep")
 def sweep_cmd(
     space: SpaceArg,
     out: OutOpt = None,
-    backend: Annotated[str, typer.Option("--backend", help="optuna: local worker processes; ray: Ray Tune (a local instance, or a cluster with --address).")] = "optuna",
+    engine: EngineOpt = None,
     trials: Annotated[int | None, typer.Option("--trials", help="Trials to run (default: the space's search.trials).", min=1)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted sweep in --out.")] = False,
     address: Annotated[str | None, typer.Option("--address", help="Join an existing Ray cluster (auto or host:port).")] = None,
     seeds: SeedsOpt = None,
+    backend: OldEngineOpt = None,
 ) -> None:
     """Search a space and write an experiment directory (default runs/<space name>).
     A one-shot space (with a oneshot: section) trains one supernet, then evaluates its
@@ -26,15 +27,15 @@ def sweep_cmd(
 
     Examples:
       loopnas sweep spaces/quickstart.yaml
-      loopnas sweep quickstart --backend ray --out runs/qs
+      loopnas sweep quickstart --engine ray --out runs/qs
       loopnas sweep quickstart --seeds 5 --out runs/qs5
       loopnas sweep quickstart --out runs/qs --resume
-      loopnas sweep my_space.yaml --backend ray --address auto
+      loopnas sweep my_space.yaml --engine ray --address auto
       loopnas sweep spaces/oneshot_placement.yaml --out runs/os
     """
     from nas.space import load_space
-    from runners.sweep.driver import SweepError, default_out
-    from runners.sweep.run import run_sweep
+    from runners.sweep.driver import default_out
+    from runners.sweep.run import DEFAULT_BACKEND, run_sweep
 
     from .report import write_problem
 
@@ -42,10 +43,8 @@ def sweep_cmd(
     where = out or default_out(loaded)
     again = f"loopnas sweep {space} --out {where} --resume"
     try:
-        path = run_sweep(loaded, out=out, backend=backend, trials=trials, resume=resume, address=address,
-                         seeds=seeds)
-    except SweepError as exc:
-        raise UsageError(str(exc)) from None
+        path = run_sweep(loaded, out=out, backend=pick_engine(engine, backend) or DEFAULT_BACKEND, trials=trials,
+                         resume=resume, address=address, seeds=seeds)
     except KeyboardInterrupt:
         console.print(f"interrupted: continue with  {again}", markup=False, highlight=False)
         raise typer.Exit(130) from None

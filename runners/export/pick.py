@@ -16,6 +16,7 @@ from typing import Literal
 
 import numpy as np
 
+from nas.errors import LoopnasError
 from nas.pareto import knee_point
 from runners.sweep.front import cost_objectives, front as pareto_points
 from runners.sweep.records import (
@@ -26,7 +27,7 @@ Pick = Literal["knee", "best-quality", "cheapest"]
 PICKS = ("knee", "best-quality", "cheapest")
 
 
-class ExportError(ValueError):
+class ExportError(LoopnasError):
     """A request the export cannot satisfy: one line for the user."""
 
 

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from nas.errors import SpecError
+from nas.errors import LoopnasError, SpecError
 from nas.graph import summary
 from nas.noise import mean_se
 from nas.space import Space, cost_value, grid_size, spec_hash, violations
@@ -35,7 +35,7 @@ _CONSTRAINTS = "loopnas_constraints"
 _ID, _RESUME = "loopnas_id", "loopnas_resume"
 
 
-class SweepError(ValueError):
+class SweepError(LoopnasError):
     """A sweep cannot start (a usage problem): one line, exit code 2."""
 
 

@@ -25,11 +25,13 @@ import socket
 import time
 from pathlib import Path
 
+from nas.errors import LoopnasError
+
 LOCK = "driver.lock"
 SYSTEM = (Path("/proc"), Path("/sys"))
 
 
-class LockError(ValueError):
+class LockError(LoopnasError):
     """The directory cannot be locked: another driver holds it, or it cannot be a directory."""
 
 

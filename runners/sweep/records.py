@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nas.errors import LoopnasError
+
 from runners.checkpoint import (
     write_text,  # the one atomic write (re-exported: records use it)
 )
@@ -159,7 +161,7 @@ class ExperimentRecord(_Record):
                                 "None: the journal in the directory")
 
 
-class RecordError(ValueError):
+class RecordError(LoopnasError):
     """A file of the experiment directory cannot be read: one line naming it."""
 
 

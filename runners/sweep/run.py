@@ -43,9 +43,9 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
 
     space = space if isinstance(space, Space) else load_space(space)
     if backend not in BACKENDS:
-        raise SweepError(f"--backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
+        raise SweepError(f"--engine must be one of {', '.join(BACKENDS)} (got {backend!r})")
     if address and backend != "ray":
-        raise SweepError("--address joins a Ray cluster: use it with --backend ray")
+        raise SweepError("--address joins a Ray cluster: use it with --engine ray")
     out = Path(out) if out is not None else default_out(space)
     if space.spec.oneshot is not None:
         return _oneshot(space, out, backend, trials, resume, progress)
