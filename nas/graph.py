@@ -168,7 +168,8 @@ def summary(arch: ArchSpec, loops: str | None = None) -> str:
     """One line for a title: layers, width, mixers and loops (``loops``: the
     :func:`loops_summary` when the caller has it)."""
     mixers = _count([_short(l.mixer) for l in arch.layers])
-    return f"{arch.L} layers ({mixers}), width {arch.model.width} · {loops or loops_summary(arch)}"
+    layers = f"{arch.L} layer{'s' if arch.L != 1 else ''}"
+    return f"{layers} ({mixers}), width {arch.model.width} · {loops or loops_summary(arch)}"
 
 
 def elr_parts(arch: ArchSpec, nodes: tuple[Node, ...] | None = None) -> dict[int, str]:

@@ -47,6 +47,7 @@ def import_cmd(config: ConfigArg, out: SpecOutOpt, name: NameOpt = None) -> None
     loopnas import olmo-hybrid/ --out olmo_hybrid.yaml --name olmo_hybrid_7b
     """
     from nas.cost import unique_params
+    from nas.graph import summary
     from nas.load import dump_yaml
     from runners.export.native import Blocker, import_config
 
@@ -66,9 +67,4 @@ def import_cmd(config: ConfigArg, out: SpecOutOpt, name: NameOpt = None) -> None
         write_spec(out, dump_yaml(arch))
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot write: {exc.strerror or exc}") from None
-    kinds: dict[str, int] = {}
-    for layer in arch.layers:
-        kinds[layer.mixer.kind] = kinds.get(layer.mixer.kind, 0) + 1
-    mix = ", ".join(f"{n} {k}" for k, n in kinds.items())
-    console.print(f"wrote {out}: {arch.name}, {len(arch.layers)} layers ({mix}), width {arch.model.width}, "
-                  f"{unique_params(arch):,} unique params", markup=False)
+    console.print(f"wrote {out}: {arch.name}, {summary(arch)}, {unique_params(arch):,} unique params", markup=False)
