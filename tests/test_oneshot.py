@@ -368,7 +368,7 @@ def test_bad_supernet_trainer_settings_are_one_error_before_anything_runs(tmp_pa
     path = space_file(tmp_path, "train: {stepz: 3}\n")
     with pytest.raises(SpecError, match=r"oneshot.train.stepz: unknown field 'stepz'"):  # validate names it
         run_sweep(path, out=tmp_path / "exp", progress=False)
-    with pytest.raises(SweepError, match="drop --backend"):
+    with pytest.raises(SweepError, match="drop --engine"):
         run_sweep(space_file(tmp_path, "sampling: ratio\n"), out=tmp_path / "exp", backend="ray", progress=False)
     assert not (tmp_path / "exp").exists()
 

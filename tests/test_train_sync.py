@@ -1,6 +1,6 @@
 """The trainer keeps each step's loss on the device and copies losses to the host only at
 evaluations, checkpoints and every ``_SYNC_EVERY`` steps; a run must not tell the
-difference (the golden curve in test_train.py pins the losses themselves)."""
+difference (the golden curve in test_golden.py pins the losses themselves)."""
 from __future__ import annotations
 
 import pytest

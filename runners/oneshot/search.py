@@ -106,14 +106,14 @@ class OneShotSearch:
         if jobs:
             self.sweep.queue.extend(jobs)
             job = self.sweep.next_job()  # the gated candidate's one replicate
-            record = self.sweep.records[job["trial"]]
+            record = self.sweep.records[job.trial]
             names = one.mixer_names(self.space)
             pattern = [names.index(record.params[f"layer{i}"]) for i in range(self.net.L)]
             start = time.time()
             metrics = evaluate(self.model, self.task, self.batches, loops=record.params.get("T"), pattern=pattern)
             end = time.time()
             value = metrics[self.metric.metric]
-            self.sweep.finish(job["id"], {
+            self.sweep.finish(job.id, {
                 "status": "complete", "measured": [{"k": None, "value": value, "metrics": metrics}],
                 "rungs": [{"step": self.steps, "quality": value, "metrics": metrics}],
                 "started": start, "finished": end, "wall_time": end - start, "node": socket.gethostname()})

@@ -40,9 +40,5 @@ class Job(BaseModel):
     memory_cap: bool = True  # cap CUDA memory at ``share``
     node: str | None = None  # the Ray node that runs it
 
-    def __getitem__(self, name: str) -> Any:
-        # runners/oneshot/search.py still reads job["trial"], job["id"] (issue #22)
-        return getattr(self, name)
-
 
 __all__ = ["Job", "ServingJob"]

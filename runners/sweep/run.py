@@ -84,7 +84,7 @@ def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: 
 
     if backend != DEFAULT_BACKEND:
         raise SweepError(f"{space.source}: a one-shot sweep trains one supernet and evaluates in this "
-                         "process; drop --backend")
+                         "process; drop --engine")
     try:
         eval_task(space, supernet_config(space))
     except OneShotError as exc:
