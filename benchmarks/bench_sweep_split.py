@@ -69,7 +69,7 @@ class Probe:
             probe.created[id(worker)] = time.time()
 
         def given(worker, job, *args, **kw):
-            probe.given.setdefault(id(worker), []).append(job["dir"] if isinstance(job, dict) else job.dir)
+            probe.given.setdefault(id(worker), []).append(job.dir)
             return give(worker, job, *args, **kw)
 
         local._Worker.__init__, local._Worker.give = created, given

@@ -189,6 +189,14 @@ class Mamba2Spec(Spec):
                                            "(builders.ops.linear.chunk_size_for), fla's own default "
                                            "on the fla backend")
 
+    @field_validator("chunk_size")
+    @classmethod
+    def _old_default(cls, value: int | None) -> int | None:
+        # 256 was the default written into every canonical spec, record and checkpoint before
+        # None; it meant "fla's default, chosen from T on CPU", so it reads as None: old
+        # specs build as they did and hash like new ones
+        return None if value == 256 else value
+
 
 class AttnSpec(Spec):
     """Softmax attention (fla ``Attention``): full (``window=None``) or sliding window.

@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from nas import load_arch
+from helpers import arch
 from runners import train as trainer
 from runners.train import TrainConfig, train
-from spaces import arch_path
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MQAR = {"vocab_size": 32, "seq_len": 32, "num_kv_pairs": 4}
 OUTCOME = ("status", "reason", "steps", "tokens", "losses", "depth_rows", "final", "quality")
-
-
-def arch(name: str):
-    return load_arch(arch_path(name))
 
 
 def run(**kw):

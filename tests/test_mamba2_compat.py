@@ -1,0 +1,55 @@
+"""Specs, records and checkpoints written before Mamba2Spec.chunk_size defaulted to None
+carry the old written-out default 256, which meant "fla's default, chosen from T on CPU":
+they must still build that model and resume (issue #21 changed the default)."""
+from __future__ import annotations
+
+import json
+
+from nas import loads_arch
+from nas.spec import Mamba2Spec
+from runners.checkpoint import CHECKPOINT, load, save
+from runners.train import TrainConfig, train
+
+MAMBA2 = """
+name: tiny_mamba2
+model: {vocab_size: 32, width: 32}
+num_layers: 2
+layer: {mixer: {kind: mamba2, head_dim: 8, state_size: 8, expand: 1}, ffn: {kind: swiglu, hidden_size: 64}}
+"""
+
+
+def config(steps: int) -> TrainConfig:
+    return TrainConfig(task="mqar", task_params={"vocab_size": 32, "seq_len": 16, "num_kv_pairs": 2},
+                       steps=steps, batch_size=4, warmup_steps=1, eval_every=2, eval_batches=1,
+                       checkpoint_every=2, progress=False)
+
+
+def test_the_old_written_out_chunk_reads_as_the_default():
+    assert Mamba2Spec(chunk_size=256) == Mamba2Spec()
+    assert Mamba2Spec(chunk_size=64).chunk_size == 64
+
+
+def test_a_checkpoint_written_with_the_old_default_resumes(tmp_path):
+    arch = loads_arch(MAMBA2)
+    whole = train(arch, config(4))
+    train(arch, config(2), out_dir=tmp_path)
+    ckpt = load(tmp_path / CHECKPOINT)
+    old_arch, old_config = json.loads(ckpt["fingerprint"])
+    for layer in old_arch["layers"]:
+        assert layer["mixer"]["chunk_size"] is None
+        layer["mixer"]["chunk_size"] = 256  # as the old default was written out
+    ckpt["fingerprint"] = json.dumps([old_arch, old_config], sort_keys=True)
+    save(tmp_path / CHECKPOINT, ckpt)
+    resumed = train(arch, config(4), out_dir=tmp_path, resume=tmp_path / CHECKPOINT)
+    assert resumed.losses == whole.losses
+
+
+def test_a_checkpoint_of_another_arch_is_still_refused(tmp_path):
+    train(loads_arch(MAMBA2), config(2), out_dir=tmp_path)
+    other = loads_arch(MAMBA2.replace("state_size: 8", "state_size: 4"))
+    try:
+        train(other, config(4), out_dir=tmp_path, resume=tmp_path / CHECKPOINT)
+    except ValueError as exc:
+        assert "different arch or config" in str(exc)
+    else:
+        raise AssertionError("a checkpoint of another arch was resumed")
