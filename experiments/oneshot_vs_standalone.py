@@ -97,6 +97,19 @@ LOOP_SPACE = {
               "steps": 400, "batch_size": 32, "lr": 0.01, "eval_every": 1000, "eval_batches": 8},
 }
 
+# The loop axis on 3-hop induction heads (``--task hop``): the quickstart's proxy, on which a
+# loop lifts one GDN layer beyond seed noise (experiments/results/quickstart_seeds.md); the
+# pair at the quickstart's width and lr.
+HOP_LOOP_SPACE = {
+    **LOOP_SPACE,
+    "name": "oneshot_vs_standalone_loops_hop",
+    "base": {**LOOP_SPACE["base"], "model": {"vocab_size": 256, "width": 64, "tie_embeddings": True, "defaults": {
+        "attn": {"num_heads": 2}, "gdn": {"num_heads": 2, "head_dim": 32, "expand_v": 1},
+        "swiglu": {"hidden_size": 128}}}},
+    "proxy": {"task": "hop_induction", "task_params": {"n": 32, "k": 3, "alphabet_size": 4},
+              "steps": 400, "batch_size": 32, "lr": 0.003, "eval_every": 1000, "eval_batches": 16},
+}
+
 
 def permutation_p(a: list[float], b: list[float]) -> float:
     """Exact one-sided p-value: the share of orderings of ``b`` with τ at least the observed."""
@@ -136,6 +149,8 @@ def main() -> None:
     ap.add_argument("--supernet-steps", type=int, default=None, help="train the supernet this many "
                     "steps instead of --steps (the stand-alone runs keep --steps)")
     ap.add_argument("--kv-pairs", type=int, default=4, help="MQAR key-value pairs (placements axis)")
+    ap.add_argument("--task", choices=["s3", "hop"], default="s3", help="the loops axis's proxy: the S3 word "
+                    "problem, or 3-hop induction heads at the quickstart's width and lr")
     ap.add_argument("--all", action="store_true", help="train every candidate stand-alone, not a pick")
     ap.add_argument("--cache", type=Path, default=None, help="a JSON-lines file of stand-alone runs: a "
                     "(space, candidate, seed) found there is read, not retrained (runs are deterministic); "
@@ -214,7 +229,8 @@ def main() -> None:
 def space_for(args) -> dict:
     """The experiment's one-shot space: the axis's, at ``--steps`` (and ``--kv-pairs``)."""
     if args.axis == "loops":
-        space = {**LOOP_SPACE, "proxy": {**LOOP_SPACE["proxy"], "steps": args.steps or 400}}
+        base = HOP_LOOP_SPACE if args.task == "hop" else LOOP_SPACE
+        space = {**base, "proxy": {**base["proxy"], "steps": args.steps or 400}}
     else:
         params = {**SPACE["proxy"]["task_params"], "num_kv_pairs": args.kv_pairs}
         space = {**SPACE, "proxy": {**SPACE["proxy"], "steps": args.steps or 300, "task_params": params}}
@@ -224,7 +240,8 @@ def space_for(args) -> dict:
 
 
 def section_key(args) -> str:
-    kv = (f"-kv{args.kv_pairs}" if args.axis == "placements" else "") + ("-all" if args.all else "")
+    kv = (f"-kv{args.kv_pairs}" if args.axis == "placements" else "-hop" if args.task == "hop" else "")
+    kv += "-all" if args.all else ""
     sup = f"-supernet{args.supernet_steps}" if args.supernet_steps is not None else ""
     return (f"{args.axis}{kv}-steps{args.steps or (400 if args.axis == 'loops' else 300)}{sup}"
             f"-seeds{args.seeds or 1}")
@@ -402,6 +419,12 @@ def setting(r: dict) -> str:
     sup = r["space"]["oneshot"].get("train", {}).get("steps")
     run = (f"{proxy['steps']} steps, batch {proxy['batch_size']}, lr {proxy['lr']}, for "
            + (f"every stand-alone run and {sup} steps for the supernet" if sup else "the supernet and every stand-alone run"))
+    if r["axis"] == "loops" and proxy["task"] == "hop_induction":
+        return (f"Space: a GDN layer and a softmax-attention layer (width 64, SwiGLU 128) looped together as one "
+                f"block (shared zero-initialised residual gate), both orders × loop counts k = 1–4: "
+                f"{r['candidates']} candidates. The supernet has a switch in each layer (ratio-constrained: one "
+                f"of each) and elastic loop counts 1–4 drawn inside every update. Task: {tp['k']}-hop induction "
+                f"heads (n = {tp['n']}, alphabet {tp['alphabet_size']}, chance 0.25); {run}.")
     if r["axis"] == "loops":
         return (f"Space: a GDN layer and a softmax-attention layer (width 32, SwiGLU 64) looped together as one "
                 f"block (shared zero-initialised residual gate), both orders × loop counts k = 1–4: "
@@ -428,7 +451,8 @@ def seeded_markdown(r: dict) -> str:
     saving = 1 - r["oneshot_time"] / r["standalone_one_seed"]
     lines = [f"## One-shot vs stand-alone, {title}, {done} seed{'s' * (done > 1)}", "",
              f"Command: `python experiments/oneshot_vs_standalone.py {r['argv']}`", "", setting(r),
-             "Quality = eval loss on 8 fixed eval batches (lower is better); stand-alone = mean over "
+             f"Quality = eval loss on {r['space']['proxy']['eval_batches']} fixed eval batches (lower is better); "
+             "stand-alone = mean over "
              f"seeds 0–{done - 1} ± standard error.", "",
              "| one-shot rank | candidate (A = attention) | one-shot eval loss | one-shot acc | stand-alone eval loss "
              "(mean ± s.e.) | per seed | stand-alone acc (mean) |",
