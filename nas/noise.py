@@ -16,8 +16,8 @@ import numpy as np
 
 from .pareto import pareto_front
 
-__all__ = ["Z", "beyond_noise", "kendall_tau", "mean_se", "p_front", "permutation_test",
-           "pooled_variance", "tied_neighbours"]
+__all__ = ["Z", "beyond_noise", "kendall_tau", "mean_se", "p_front", "permutation_floor",
+           "permutation_test", "pooled_variance", "tied_neighbours"]
 
 Z = 2.0  # "beyond seed noise": |difference| > Z · combined standard error
 
@@ -117,6 +117,25 @@ def permutation_test(cells: Sequence[Sequence[Sequence[float]]], permutations: i
         shuffled = [np.split(rng.permutation(values), cuts) for values, cuts in flat]
         hits += stat(shuffled) >= observed - 1e-12 * max(1.0, abs(observed))
     return (1 + hits) / (1 + permutations)
+
+
+def permutation_floor(sizes: Sequence[Sequence[int]]) -> float:
+    """The smallest p-value :func:`permutation_test` can give for a design whose context c has
+    cells of ``sizes[c]`` replicates: the share of within-context relabellings that reach the
+    largest statistic, i.e. the observed split itself and its copies with equal-sized cells'
+    labels swapped (Σ (n_l (mean_l − mean)²) does not see labels). Three seeds of two levels:
+    2 / C(6, 3) = 0.1, so no effect, however large, reaches p < 0.01 there."""
+    floor = 1.0
+    for cells in sizes:
+        cells = [n for n in cells if n]
+        if len(cells) < 2:
+            continue
+        orderings = math.factorial(sum(cells))
+        for n in cells:
+            orderings //= math.factorial(n)
+        swaps = math.prod(math.factorial(cells.count(n)) for n in set(cells))
+        floor *= swaps / orderings
+    return floor
 
 
 def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:

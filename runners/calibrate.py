@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from nas.noise import kendall_tau, permutation_test, pooled_variance
+from nas.noise import kendall_tau, permutation_floor, permutation_test, pooled_variance
 from nas.space import Space, _label
 
 CALIBRATION = "calibration"
@@ -60,6 +60,10 @@ class AxisResult(BaseModel):
     se: float | None = None
     p_value: float | None = None
     separates: bool = False
+    p_floor: float | None = Field(None, description="the smallest p the permutation test can give "
+                                  "with this design's replicates (nas.noise.permutation_floor)")
+    seeds_to_test: int | None = Field(None, description="replicates per cell that let the test go "
+                                      "below ALPHA, where p_floor does not")
     contexts: list[ContextResult] = Field(default_factory=list)
     verdict: str = ""
 
@@ -187,6 +191,11 @@ def analyse_axis(space: Space, name: str, cands: list[tuple[dict, str, list[floa
     axis.se = math.sqrt(2 * variance / per_level) if math.isfinite(variance) else None
     axis.p_value = permutation_test([list(c.values()) for c in usable.values()])
     axis.separates = _separates(axis.effect, axis.se, axis.p_value)
+    axis.p_floor = permutation_floor([[len(v) for v in cells.values()] for cells in usable.values()])
+    if axis.p_floor >= ALPHA:
+        fewest = min(len(v) for cells in usable.values() for v in cells.values())
+        axis.seeds_to_test = next(n for n in range(fewest + 1, 64) if permutation_floor(
+            [[n] * len(cells) for cells in usable.values()]) < ALPHA)
     return axis
 
 
@@ -209,6 +218,11 @@ def verdict(axis: AxisResult, seeds: int) -> str:
         return axis.verdict
     if axis.separates:
         return f"separates: effect {axis.effect:.3g} = {axis.effect / axis.se:.1f} s.e., p = {axis.p_value:.3g}"
+    if axis.seeds_to_test and axis.se and axis.effect > MIN_SE * axis.se:
+        return (f"beyond seed noise but not testable with these replicates: effect {axis.effect:.3g} = "
+                f"{axis.effect / axis.se:.1f} s.e., but a permutation test of this design cannot go "
+                f"below p = {axis.p_floor:.2g} (it gave {axis.p_value:.3g}); {axis.seeds_to_test} seeds "
+                f"per candidate would let it reach p < {ALPHA:g}")
     advice = []
     if axis.se and axis.effect > 0:
         need = math.ceil(seeds * (MIN_SE * axis.se / axis.effect) ** 2)

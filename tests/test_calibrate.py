@@ -72,6 +72,23 @@ def test_a_planted_effect_separates_and_a_null_axis_does_not(tmp_path):
     assert f"| boundary | ffn=96 | none {cells['none'][0]:.3f} ± {cells['none'][1]:.3f} · block " in markdown(cal)
 
 
+def test_a_large_effect_the_design_cannot_test_says_so_and_how_many_seeds_can(tmp_path):
+    """Two candidates × 3 seeds: however large the effect, an exact permutation test cannot
+    go below 2 / C(6, 3) = 0.1, so the verdict must not call it seed noise."""
+    space = load(tmp_path, SPACE.replace("  ffn: {target: model.defaults.swiglu.hidden_size, choices: [96, 128]}\n", ""))
+
+    def quality(params, seed):  # the loop adds 0.3 against a 0.01 seed spread
+        return 0.5 + 0.3 * (params["boundary"] == "block") + 0.01 * seed
+
+    loop = next(a for a in fabricate(space, tmp_path / "three", 3, quality).axes if a.param == "boundary")
+    assert not loop.separates and loop.effect > 10 * loop.se
+    assert loop.p_floor == pytest.approx(0.1) and loop.p_value >= loop.p_floor
+    assert loop.seeds_to_test == 5 and "within seed noise" not in loop.verdict
+    assert "cannot go below p = 0.1" in loop.verdict and "5 seeds per candidate" in loop.verdict
+    five = next(a for a in fabricate(space, tmp_path / "five", 5, quality).axes if a.param == "boundary")
+    assert five.separates and five.seeds_to_test is None and five.verdict.startswith("separates")
+
+
 def test_one_parameter_at_a_time_design_for_large_spaces(tmp_path):
     space = load(tmp_path)
     kind, plan = design(space, max_points=2)

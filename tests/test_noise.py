@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from nas.noise import (
-    beyond_noise, kendall_tau, mean_se, p_front, permutation_test, pooled_variance, tied_neighbours,
+    beyond_noise, kendall_tau, mean_se, p_front, permutation_floor, permutation_test, pooled_variance,
+    tied_neighbours,
 )
 from runners.sweep.stopping import ParetoHalving
 
@@ -62,6 +63,16 @@ def test_permutation_test_finds_a_planted_effect_and_not_a_null_one():
     nulls = [permutation_test(_cells(0.0, rng), permutations=400, seed=s) for s in range(20)]
     assert min(nulls) > 0.001 and np.mean(nulls) > 0.25  # uniform under the null: mean ≈ 0.5
     assert math.isnan(permutation_test([[[1.0, 2.0]]]))  # one level: nothing to test
+
+
+def test_permutation_floor_is_the_exact_smallest_p():
+    assert permutation_floor([[3, 3]]) == pytest.approx(2 / 20)  # C(6, 3) splits, 2 reach the max
+    assert permutation_floor([[4, 4]]) == pytest.approx(2 / 70)
+    assert permutation_floor([[3, 3], [3, 3]]) == pytest.approx(0.01)  # contexts multiply
+    assert permutation_floor([[2, 3]]) == pytest.approx(1 / 10)  # unequal cells: no label swap
+    assert permutation_floor([[3]]) == 1.0  # one level: nothing to test
+    # the Monte Carlo test of a perfect split lands on the floor
+    assert permutation_test([[[1, 2, 3], [10, 11, 12]]]) == pytest.approx(0.1, abs=0.02)
 
 
 def test_kendall_tau():
