@@ -223,6 +223,10 @@ def verdict(axis: AxisResult, seeds: int) -> str:
                 f"{axis.effect / axis.se:.1f} s.e., but a permutation test of this design cannot go "
                 f"below p = {axis.p_floor:.2g} (it gave {axis.p_value:.3g}); {axis.seeds_to_test} seeds "
                 f"per candidate would let it reach p < {ALPHA:g}")
+    if axis.se and axis.effect > MIN_SE * axis.se:
+        return (f"not separated: effect {axis.effect:.3g} = {axis.effect / axis.se:.1f} s.e. of seed noise, but "
+                f"p = {axis.p_value:.3g} (the levels do not differ consistently across contexts and seeds); "
+                "to see it: more seeds; more steps (--budgets 1,2,4 shows whether the effect grows with training)")
     advice = []
     if axis.se and axis.effect > 0:
         need = math.ceil(seeds * (MIN_SE * axis.se / axis.effect) ** 2)

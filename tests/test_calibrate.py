@@ -85,6 +85,10 @@ def test_a_large_effect_the_design_cannot_test_says_so_and_how_many_seeds_can(tm
     assert loop.p_floor == pytest.approx(0.1) and loop.p_value >= loop.p_floor
     assert loop.seeds_to_test == 5 and "within seed noise" not in loop.verdict
     assert "cannot go below p = 0.1" in loop.verdict and "5 seeds per candidate" in loop.verdict
+    from runners.calibrate import verdict
+    inconsistent = loop.model_copy(update={"seeds_to_test": None, "p_value": 0.012})
+    assert verdict(inconsistent, 3).startswith("not separated: effect") and "within seed noise" not in verdict(
+        inconsistent, 3)
     five = next(a for a in fabricate(space, tmp_path / "five", 5, quality).axes if a.param == "boundary")
     assert five.separates and five.seeds_to_test is None and five.verdict.startswith("separates")
 
