@@ -159,13 +159,18 @@ class StateTrackingParams(_Params):
 
     @model_validator(mode="after")
     def _check(self) -> "StateTrackingParams":
-        if self.n < 1:
-            raise ValueError(f"n must be >= 1, got {self.n}")
-        if not 2 <= self.m <= self.max_m:
-            raise ValueError(f"m must be in 2..max_m={self.max_m}, got m={self.m}")
-        if self.m % 2:
-            raise ValueError(f"m must be even (the bit table is balanced), got m={self.m}")
+        check_state_tracking(self.n, self.m, self.max_m)
         return self
+
+
+def check_state_tracking(n: int, m: int, max_m: int) -> None:
+    """The state-tracking task's parameter rules (the task itself checks with this too)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not 2 <= m <= max_m:
+        raise ValueError(f"m must be in 2..max_m={max_m}, got m={m}")
+    if m % 2:
+        raise ValueError(f"m must be even (the bit table is balanced), got m={m}")
 
 
 class S5Params(_Params):
@@ -212,12 +217,13 @@ class LMParams(_Params):
 
 
 def hop_counts(k: Any, max_k: int) -> tuple[int, ...]:
-    """``runners.tasks.hop_induction.parse_ks``: the hop counts ``k`` names."""
+    """The hop counts a hop/pointer task draws from: ``k`` as a sorted tuple (``"mixed"``:
+    1..max_k)."""
     if k == "mixed":
         return tuple(range(1, max_k + 1))
     if isinstance(k, str):
         raise ValueError(f"k must be an int, a list of ints or 'mixed', got {k!r}")
-    ks = (k,) if isinstance(k, int) else tuple(sorted(set(k)))
+    ks = (int(k),) if isinstance(k, int) else tuple(sorted({int(v) for v in k}))
     if not ks or not all(1 <= v <= max_k for v in ks):
         raise ValueError(f"k must be in 1..max_k={max_k}, got {k!r}")
     return ks
@@ -231,15 +237,20 @@ class HopInductionParams(_Params):
 
     @model_validator(mode="after")
     def _check(self) -> "HopInductionParams":
-        if self.n < 2:
-            raise ValueError(f"n must be >= 2, got {self.n}")
-        if self.alphabet_size < 3:
-            raise ValueError(f"alphabet_size must be >= 3 (with 2 letters the string alternates), "
-                             f"got {self.alphabet_size}")
-        if self.max_k < 1:
-            raise ValueError(f"max_k must be >= 1, got {self.max_k}")
-        hop_counts(self.k, self.max_k)
+        check_hop_induction(self.n, self.k, self.alphabet_size, self.max_k)
         return self
+
+
+def check_hop_induction(n: int, k: Any, alphabet_size: int, max_k: int) -> None:
+    """The hop-induction task's parameter rules (the task itself checks with this too)."""
+    if n < 2:
+        raise ValueError(f"n must be >= 2, got {n}")
+    if alphabet_size < 3:
+        raise ValueError(f"alphabet_size must be >= 3 (with 2 letters the string alternates), "
+                         f"got {alphabet_size}")
+    if max_k < 1:
+        raise ValueError(f"max_k must be >= 1, got {max_k}")
+    hop_counts(k, max_k)
 
 
 class PointerChaseParams(_Params):

@@ -52,6 +52,7 @@ from typing import ClassVar, Union
 
 import torch
 
+from nas.proxy import check_hop_induction, hop_counts
 from runners.tasks.base import (
     IGNORE_INDEX,
     accuracy_metrics,
@@ -92,18 +93,6 @@ def balanced_choice(options: tuple[int, ...], B: int, g: torch.Generator) -> tor
     return torch.tensor(options)[which[torch.randperm(B, generator=g)]]
 
 
-def parse_ks(k: Union[int, tuple[int, ...], list, str], max_k: int) -> tuple[int, ...]:
-    """The hop counts a task draws from: ``k`` as a sorted tuple (``"mixed"``: 1..max_k)."""
-    if k == "mixed":
-        return tuple(range(1, max_k + 1))
-    if isinstance(k, str):
-        raise ValueError(f"k must be an int, a list of ints or 'mixed', got {k!r}")
-    ks = (int(k),) if isinstance(k, int) else tuple(sorted({int(v) for v in k}))
-    if not ks or not all(1 <= v <= max_k for v in ks):
-        raise ValueError(f"k must be in 1..max_k={max_k}, got {k!r}")
-    return ks
-
-
 def per_k_metrics(logits: torch.Tensor, labels: torch.Tensor, row_k: torch.Tensor,
                   ks: tuple[int, ...]) -> dict[str, float]:
     """``acc_k{k}`` over the rows of each hop count (NaN when a batch has none)."""
@@ -128,19 +117,12 @@ class HopInduction:
     name: ClassVar[str] = "hop_induction"
 
     def __post_init__(self) -> None:
-        if self.n < 2:
-            raise ValueError(f"n must be >= 2, got {self.n}")
-        if self.alphabet_size < 3:
-            raise ValueError(f"alphabet_size must be >= 3 (with 2 letters the string alternates), "
-                             f"got {self.alphabet_size}")
-        if self.max_k < 1:
-            raise ValueError(f"max_k must be >= 1, got {self.max_k}")
         object.__setattr__(self, "k", self.k if isinstance(self.k, (int, str)) else tuple(self.k))
-        parse_ks(self.k, self.max_k)
+        check_hop_induction(self.n, self.k, self.alphabet_size, self.max_k)
 
     @property
     def ks(self) -> tuple[int, ...]:
-        return parse_ks(self.k, self.max_k)
+        return hop_counts(self.k, self.max_k)
 
     @property
     def vocab_size(self) -> int:

@@ -44,6 +44,7 @@ from typing import ClassVar, Optional, Union
 
 import torch
 
+from nas.proxy import hop_counts
 from runners.tasks.base import (
     IGNORE_INDEX,
     accuracy_metrics,
@@ -51,7 +52,7 @@ from runners.tasks.base import (
     register_task,
     split_generator,
 )
-from runners.tasks.hop_induction import balanced_choice, parse_ks, per_k_metrics
+from runners.tasks.hop_induction import balanced_choice, per_k_metrics
 
 
 def random_cycles(B: int, N: int, g: torch.Generator) -> torch.Tensor:
@@ -91,11 +92,11 @@ class PointerChase:
             raise ValueError(f"num_queries must be in 1..num_nodes={self.num_nodes} (queries are "
                              f"distinct), got {self.num_queries}")
         object.__setattr__(self, "k", self.k if isinstance(self.k, (int, str)) else tuple(self.k))
-        parse_ks(self.k, self.max_k)
+        hop_counts(self.k, self.max_k)
 
     @property
     def ks(self) -> tuple[int, ...]:
-        return parse_ks(self.k, self.max_k)
+        return hop_counts(self.k, self.max_k)
 
     @property
     def vocab_size(self) -> int:

@@ -64,6 +64,7 @@ from typing import ClassVar
 
 import torch
 
+from nas.proxy import check_state_tracking
 from runners.tasks.base import (
     IGNORE_INDEX,
     accuracy_metrics,
@@ -89,12 +90,7 @@ class StateTracking:
     quality_metric: ClassVar[str] = "last_acc"
 
     def __post_init__(self) -> None:
-        if self.n < 1:
-            raise ValueError(f"n must be >= 1, got {self.n}")
-        if not 2 <= self.m <= self.max_m:
-            raise ValueError(f"m must be in 2..max_m={self.max_m}, got m={self.m}")
-        if self.m % 2:
-            raise ValueError(f"m must be even (the bit table is balanced), got m={self.m}")
+        check_state_tracking(self.n, self.m, self.max_m)
 
     # Token ids: addresses are 0..max_m-1, then the five specials (a step's flags are bits).
     @property
