@@ -2,18 +2,21 @@
 ``nas.errors.LoopnasError``, whichever command raises it."""
 import pytest
 
+from builders.layers.fla_runtime import FlaUnavailableError
 from nas.errors import LoopnasError, SpecError
 from runners.checkpoint import CheckpointError
 from runners.cli import main
 from runners.cli.common import UsageError
 from runners.export import ExportError
+from runners.oneshot.supernet import OneShotError
+from runners.sweep.devices import PoolError
 from runners.sweep.driver import SweepError
 from runners.sweep.lock import LockError
 from runners.sweep.records import RecordError
 
 
 @pytest.mark.parametrize("error", [SpecError, UsageError, SweepError, LockError, RecordError, CheckpointError,
-                                   ExportError])
+                                   ExportError, OneShotError, PoolError, FlaUnavailableError])
 def test_every_known_error_is_a_loopnas_error(error):
     assert issubclass(error, LoopnasError)
 
@@ -37,3 +40,10 @@ def test_each_line_of_a_known_error_is_an_error_line(tmp_path, capsys, monkeypat
     monkeypatch.setattr("runners.sweep.run.run_sweep", fail)
     assert main(["sweep", "quickstart", "--out", str(tmp_path / "x")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == ["error: first problem", "error: second problem"]
+
+
+def test_fla_off_cuda_is_one_line_from_main(tmp_path, capsys):
+    """The model backend's usage error reaches ``main()`` as a LoopnasError like every other."""
+    assert main(["train", "tiny_noloop", "--task", "hop_induction", "--steps", "2", "--set", "backend=fla"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: backend='fla'") and "use backend='torch' or 'auto'" in err[0]

@@ -20,11 +20,14 @@ import os
 
 import torch
 
+from nas.errors import LoopnasError
+
 __all__ = ["FlaUnavailableError", "install_interpreter_shims", "interpreting", "require", "unavailable_reason"]
 
 
-class FlaUnavailableError(RuntimeError):
-    """``backend="fla"`` asked for where fla's kernels cannot run."""
+class FlaUnavailableError(LoopnasError, RuntimeError):
+    """``backend="fla"`` asked for where fla's kernels cannot run (a usage problem: one line,
+    exit code 2)."""
 
 
 def interpreting() -> bool:

@@ -55,10 +55,6 @@ def main(argv: list[str] | None = None) -> int:
         console_err.print("aborted", markup=False)
         return 130
     except Exception as exc:
-        fla = sys.modules.get("builders.layers.fla_runtime")  # loaded iff it could have raised
-        if fla is not None and isinstance(exc, fla.FlaUnavailableError):
-            console_err.print(f"error: {exc}", markup=False, highlight=False)
-            return 2
         # typer's (vendored) click usage errors: bad option, missing argument, ...
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):
             exc.show()

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from builders.model import LoopLM, build_model
+from nas.errors import LoopnasError
 from nas.oneshot import supernet
 from nas.space import Space
 from nas.spec import ArchSpec
@@ -20,7 +21,7 @@ from runners.checkpoint import CHECKPOINT, RESULT, load
 from runners.train import TrainConfig, TrainResult, train, with_vocab
 
 
-class OneShotError(ValueError):
+class OneShotError(LoopnasError):
     """A one-shot run cannot start (a usage problem): one line, exit code 2."""
 
 

@@ -22,6 +22,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from nas.errors import LoopnasError
+
 ENV = "CUDA_VISIBLE_DEVICES"
 CPU = "cpu"
 log = logging.getLogger("loopnas.sweep")
@@ -88,7 +90,7 @@ def job_placement(resources, alone: bool = False) -> dict:
     return {"gpu": resources.gpu, "share": share(resources.gpu, alone), "memory_cap": resources.memory_cap}
 
 
-class PoolError(ValueError):
+class PoolError(LoopnasError):
     """The visible GPUs cannot hold one trial of the requested size."""
 
 
