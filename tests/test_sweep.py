@@ -79,6 +79,10 @@ def test_gate_prefilters_infeasible_and_trains_duplicates_once(tmp_path):
             for p in front(records, read_experiment(exp).objectives)}
     assert {tuple(t.values) for t in study.best_trials} == ours
     assert len(study.trials) == 6
+    # each trial carries its constraint for the sampler: violated only by the infeasible one
+    told = {t.user_attrs["loopnas"]["id"]: t.constraints for t in study.trials}
+    assert told[bad.id]["0: projection_flops <= 5e5"] > 0
+    assert all(told[r.id] == {"0: projection_flops <= 5e5": 0.0} for r in groups["complete"])
 
 
 def test_failed_and_diverged_trials_are_recorded_and_the_sweep_goes_on(tmp_path):
@@ -299,8 +303,12 @@ def test_a_bad_proxy_is_one_error_before_any_trial(tmp_path, proxy, message):
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("sampler, given", [("gp", True), ("random", False)])
-def test_a_sampler_gets_the_constraints_when_its_signature_takes_them(tmp_path, sampler, given):
+@pytest.mark.parametrize("sampler", ["gp", "tpe", "nsga2", "random"])
+def test_constraints_go_on_the_trial_not_through_the_deprecated_constraints_func(tmp_path, sampler):
+    """Optuna 5 deprecates the samplers' ``constraints_func``: the gate sets each trial's
+    constraints (``Trial.set_constraint``), which every constraint-aware sampler reads."""
+    import warnings
+
     from runners.sweep.driver import make_sampler
 
     path = space_file(tmp_path, f"""\
@@ -312,5 +320,7 @@ def test_a_sampler_gets_the_constraints_when_its_signature_takes_them(tmp_path, 
         {PROXY}
         search: {{sampler: {sampler}}}
         """)
-    made = make_sampler(load_space(path), 8)
-    assert (getattr(made, "_constraints_func", None) is not None) == given
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        made = make_sampler(load_space(path), 8)
+    assert getattr(made, "_constraints_func", None) is None

@@ -9,7 +9,6 @@ is recorded as ``duplicate`` and reuses the first result.
 """
 from __future__ import annotations
 
-import inspect
 import shutil
 import time
 import warnings
@@ -31,7 +30,6 @@ from .records import (
 from .stopping import ParetoHalving
 
 FINAL = ("complete", "pruned", "failed", "timeout", "oom", "duplicate")
-_CONSTRAINTS = "loopnas_constraints"
 _ID, _RESUME = "loopnas_id", "loopnas_resume"
 
 
@@ -46,14 +44,13 @@ def make_sampler(space: Space, trials: int):
 
     search = space.spec.search
     name, params = search.sampler.lower(), dict(search.sampler_params)
-    cf = _constraints_func if space.constraints else None
     seed = params.pop("seed", search.seed)
     if name == "tpe":
         params.setdefault("n_startup_trials", max(2, min(10, trials // 4)))
-        return optuna.samplers.TPESampler(seed=seed, constraints_func=cf, **params)
+        return optuna.samplers.TPESampler(seed=seed, **params)
     if name == "nsga2":
         params.setdefault("population_size", max(4, min(50, trials // 3)))
-        return optuna.samplers.NSGAIISampler(seed=seed, constraints_func=cf, **params)
+        return optuna.samplers.NSGAIISampler(seed=seed, **params)
     if name == "grid":
         grid = params.pop("search_space", None) or _grid(space)
         return _grid_sampler()(grid, seed=seed, **params)
@@ -62,8 +59,6 @@ def make_sampler(space: Space, trials: int):
     cls = getattr(optuna.samplers, classes.get(name, search.sampler), None)
     if cls is None:
         raise SweepError(f"search.sampler: optuna has no sampler {search.sampler!r}")
-    if cf is not None and "constraints_func" in inspect.signature(cls).parameters:
-        params["constraints_func"] = cf
     return cls(seed=seed, **params)
 
 
@@ -110,8 +105,12 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _constraints_func(trial) -> list[float]:
-    return trial.user_attrs.get(_CONSTRAINTS, [0.0])
+def _constrain(trial, space: Space, values: list[float]) -> None:
+    """Each constraint's violation (> 0: violated) on the trial itself, where Optuna's
+    constraint-aware samplers (TPE, NSGA-II, GP, ...) and ``best_trials`` read it
+    (``Trial.set_constraint``; the samplers' ``constraints_func`` is deprecated)."""
+    for i, (c, v) in enumerate(zip(space.constraints, values)):
+        trial.set_constraint(f"{i}: {c.text}", v)
 
 
 def check_proxy(space: Space) -> None:
@@ -434,7 +433,7 @@ class Sweep:
             arch, proxy, params = self.space.candidate(trial)
         except SpecError as exc:
             if n:
-                trial.set_user_attr(_CONSTRAINTS, [1.0] * n)
+                _constrain(trial, self.space, [1.0] * n)
             self.infeasible_streak += 1
             record = record.model_copy(update={"params": dict(trial.params), "status": "infeasible",
                                                "reason": "invalid spec: " + "; ".join(p.render(None) for p in exc.problems)})
@@ -450,7 +449,7 @@ class Sweep:
                            for c, v in bad if v > 0]})
         self._sheets[rid] = sheets
         if n:
-            trial.set_user_attr(_CONSTRAINTS, [max(0.0, v) for _, v in bad])
+            _constrain(trial, self.space, [max(0.0, v) for _, v in bad])
         if record.violations:
             self.infeasible_streak += 1
             self._settle(trial, record.model_copy(update={"status": "infeasible",
