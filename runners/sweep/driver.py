@@ -105,12 +105,12 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _constrain(trial, space: Space, values: list[float]) -> None:
-    """Each constraint's violation (> 0: violated) on the trial itself, where Optuna's
+def _constrain(trial, violated) -> None:
+    """Each (constraint, violation > 0 if violated) on the trial itself, where Optuna's
     constraint-aware samplers (TPE, NSGA-II, GP, ...) and ``best_trials`` read it
     (``Trial.set_constraint``; the samplers' ``constraints_func`` is deprecated)."""
-    for i, (c, v) in enumerate(zip(space.constraints, values)):
-        trial.set_constraint(f"{i}: {c.text}", v)
+    for i, (c, v) in enumerate(violated):
+        trial.set_constraint(f"{i}: {c.text}", max(0.0, v))
 
 
 def check_proxy(space: Space) -> None:
@@ -428,12 +428,10 @@ class Sweep:
         rid = trial.user_attrs.get(_ID) or f"t{trial.number:04d}"
         record = TrialRecord(id=rid, number=trial.number, status="running", seed=self.space.spec.search.seed,
                              started=time.time())
-        n = len(self.space.constraints)
         try:
             arch, proxy, params = self.space.candidate(trial)
         except SpecError as exc:
-            if n:
-                _constrain(trial, self.space, [1.0] * n)
+            _constrain(trial, [(c, 1.0) for c in self.space.constraints])
             self.infeasible_streak += 1
             record = record.model_copy(update={"params": dict(trial.params), "status": "infeasible",
                                                "reason": "invalid spec: " + "; ".join(p.render(None) for p in exc.problems)})
@@ -448,8 +446,7 @@ class Sweep:
             "violations": [f"{c.text} (is {cost_value(arch, c.metric, c.seq_len or self.space.spec.seq_len, sheets=sheets):.4g})"
                            for c, v in bad if v > 0]})
         self._sheets[rid] = sheets
-        if n:
-            _constrain(trial, self.space, [max(0.0, v) for _, v in bad])
+        _constrain(trial, bad)
         if record.violations:
             self.infeasible_streak += 1
             self._settle(trial, record.model_copy(update={"status": "infeasible",
