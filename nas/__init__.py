@@ -1,5 +1,5 @@
 """Specs, lowering, validation, execution plans, graphs and costs. Never imports torch."""
-from .budget import match_budget
+from .budget import match_budget, scale_arch, scale_to_params
 from .cost import CostSheet, projection_flops, unique_params
 from .errors import Problem, SpecError
 from .graph import folded_graph, graph_problems, to_dot, to_mermaid, unrolled_graph
@@ -20,6 +20,6 @@ __all__ = [
     "NSASpec", "OpAddr", "ParallelSpec", "SwiGLUSpec", "SwitchSpec", "Problem", "SpecError",
     "applications", "dump_yaml", "load_arch", "load_spec", "loads_arch", "loads_spec", "lower",
     "max_loops", "plan", "resolve", "unroll", "validate", "CostSheet", "projection_flops",
-    "unique_params", "match_budget", "folded_graph", "graph_problems", "to_dot", "to_mermaid",
+    "unique_params", "match_budget", "scale_arch", "scale_to_params", "folded_graph", "graph_problems", "to_dot", "to_mermaid",
     "unrolled_graph", "unrolled_twin",
 ]

@@ -670,11 +670,13 @@ class HybridSpec(Spec):
 
 class MatchSpec(Spec):
     """Budget matching: solve for ``vary`` so that ``unique_params`` or
-    ``projection_flops`` hits the target within ``tolerance`` (relative)."""
+    ``projection_flops`` hits the target within ``tolerance`` (relative). ``scale`` grows
+    the width, every head count and FFN width together by one factor, each head's dimension
+    kept, and lands the target by the FFN width (:func:`nas.budget.scale_arch`)."""
 
     unique_params: PosFloat | None = None
     projection_flops: PosFloat | None = None
-    vary: Literal["ffn_hidden", "width", "num_layers"] = "ffn_hidden"
+    vary: Literal["ffn_hidden", "width", "num_layers", "scale"] = "ffn_hidden"
     tolerance: PosFloat = 0.01
 
     @model_validator(mode="after")
