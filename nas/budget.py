@@ -315,7 +315,14 @@ def grow(arch: ArchSpec, target: float, tolerance: float, field: str = "unique_p
     value, wide = at(min(near, key=lambda j: abs(at(j)[0] - target)))
     if abs(value - target) / target <= tolerance / 2 or not _has_ffn(wide):
         return wide
-    matched = match_budget(wide, MatchSpec(**{field: float(target)}, vary="ffn_hidden", tolerance=tolerance))
+    try:
+        matched = match_budget(wide, MatchSpec(**{field: float(target)}, vary="ffn_hidden", tolerance=tolerance))
+    except SpecError as exc:
+        if exc.problems[0].path != f"match.{field}":
+            raise
+        raise fail(field, f"{target:.6g} {_WORDS[field]} is out of reach of {arch.name} grown in proportion: "
+                          f"the nearest width ({wide.model.width}) gives {value:.6g}, and no FFN width closes "
+                          f"the gap; give a {'larger' if value > target else 'smaller'} target") from None
     return matched if keep is None or keep(matched) else wide
 
 
@@ -326,13 +333,12 @@ def _has_ffn(arch: ArchSpec) -> bool:
     return any(isinstance(l.ffn, (SwiGLUSpec, MoESpec)) for l in arch.layers)
 
 
-def _landed(arch: ArchSpec, field: str, target: float, tolerance: float, path: str) -> ArchSpec:
+def _landed(arch: ArchSpec, field: str, target: float, tolerance: float, path: str, fix: str) -> ArchSpec:
     value = _measure(field)(arch)
     miss = abs(value - target) / target
     if miss > tolerance:
-        raise fail(path, f"scaling gets no closer than {value:.6g} ({miss:.2%} from the target "
-                         f"{target:.6g}) with no FFN width to land it; loosen tolerance (now {tolerance}) "
-                         "or vary width")
+        raise fail(path, f"scaling gets no closer than {value:.6g}, {miss:.2%} from the target "
+                         f"{target:.6g}, and the spec has no FFN width to land it; {fix}")
     return arch
 
 
@@ -342,7 +348,8 @@ def _scale_match(source: ArchSpec, field: str, target: float, tolerance: float) 
     except SpecError as exc:
         raise SpecError([p if p.path.startswith("match.") else Problem(f"match.{p.path}", p.message)
                          for p in exc.problems]) from None
-    return _landed(arch, field, target, tolerance, "match.tolerance")
+    return _landed(arch, field, target, tolerance, "match.tolerance",
+                   f"loosen tolerance (now {tolerance}) or vary width")
 
 
 def scale_to_params(arch: ArchSpec, unique_params: float, *, tolerance: float = SCALE_TOLERANCE) -> ArchSpec:
@@ -350,12 +357,13 @@ def scale_to_params(arch: ArchSpec, unique_params: float, *, tolerance: float = 
     rule) to the grid width nearest ``unique_params``, then the budget matcher lands the
     exact target by the FFN width: within ``tolerance`` (relative; 2%, what export's
     ``--scale-to`` does). Raises SpecError on ``unique_params`` for a target that is not a
-    finite number > 0 or that no width reaches, on ``match.tolerance`` when it is missed."""
+    finite number > 0, that no width reaches or that a spec without FFN misses."""
     if isinstance(unique_params, bool) or not isinstance(unique_params, (int, float)) or not (
             math.isfinite(unique_params) and unique_params > 0):
         raise fail("unique_params", f"{unique_params!r} is not a parameter count; give a finite number > 0")
     target = float(unique_params)
-    return _landed(grow(_canonical(arch), target, tolerance), "unique_params", target, tolerance, "tolerance")
+    return _landed(grow(_canonical(arch), target, tolerance), "unique_params", target, tolerance,
+                   "unique_params", "give a width multiple (scale_arch) instead")
 
 
 __all__ = ["match_budget", "scale_arch", "scale_to_params", "grow", "widen", "SCALE_TOLERANCE"]

@@ -20,7 +20,14 @@ A space (YAML, or a Python file for define-by-run spaces) holds:
 - ``proxy``: the task and trainer settings of one proxy run;
 - ``search``: sampler, trials, concurrency, resources per trial, early stopping;
 - ``oneshot`` (instead of ``params``): search the base hybrid's placement, and the loop
-  count, from one weight-sharing supernet (:class:`OneShotSpec`, :mod:`nas.oneshot`).
+  count, from one weight-sharing supernet (:class:`OneShotSpec`, :mod:`nas.oneshot`);
+- ``scales``: the sizes the base (and so a front) is to be grown to, each a width multiple
+  (``2``: width, head counts and FFN widths doubled, head dims and loops kept,
+  :func:`nas.budget.scale_arch`) or a target ``{unique_params: 2e5}`` (grown in proportion,
+  landed by the FFN width, :func:`nas.budget.scale_to_params`); at most
+  :data:`MAX_SCALES`, width multiples in (0, :data:`MAX_SCALE_FACTOR`].
+  :func:`resolve_scales` lists them as :class:`Scale` s without pricing anything;
+  :func:`scale_base` grows the base to each (what ``loopnas validate`` prints).
 
 A Python space file defines ``SPACE`` (the same mapping; ``params`` optional) and
 ``sample(trial, base)``, which calls ``trial.suggest_*`` and returns a user-level spec
@@ -43,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from .errors import Problem, SpecError, from_validation_error, suggest
 from .load import parse_yaml, read_text, resolve, spec_from_dict
@@ -84,6 +91,10 @@ STORAGE_DRIVERS = {"sqlite": "sqlite3", "postgresql": "psycopg2", "mysql": "MySQ
                    "mariadb": "MySQLdb", "oracle": "cx_Oracle", "mssql": "pyodbc"}
 """SQLAlchemy's dialects and the module of each one's default driver."""
 _STORAGE = re.compile(r"^(\w+)(?:\+(\w+))?://(.*)$", re.S)
+MAX_SCALES = 8
+"""The most scales a space may name: each is a model to train far larger."""
+MAX_SCALE_FACTOR = 64.0
+"""The largest width multiple a scale may ask for (a scale's target may not need more)."""
 _CONSTRAINT = re.compile(r"^\s*(\w+)\s*(?:\(([^)]*)\))?\s*(<=|>=|<|>)\s*([-+0-9.eE_]+)\s*$")
 
 
@@ -251,6 +262,48 @@ class OneShotSpec(_Data):
     search: OneShotSearchSpec = OneShotSearchSpec()
 
 
+def _param_count(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{value!r} is not a parameter count; give a finite number > 0, e.g. 2e5")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{value[:40]!r} is not a parameter count; give a finite number > 0, e.g. 2e5") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{value} is not a parameter count; give a finite number > 0, e.g. 2e5")
+    return number
+
+
+class ScaleTarget(_Data):
+    """A scale given by its size: the base grown in proportion to ``unique_params``."""
+
+    unique_params: Annotated[float, BeforeValidator(_param_count)]
+
+
+def _scale_entry(value: Any) -> Any:
+    """A width multiple, a finite number in (0, MAX_SCALE_FACTOR], or a mapping (a
+    :class:`ScaleTarget`); a numeric string is a number (YAML reads ``2e5`` as text)."""
+    if isinstance(value, (dict, ScaleTarget)):
+        return value
+    fix = "write a width multiple (2 doubles the width) or a target {unique_params: 2e5}"
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{value[:40]!r} is not a scale; {fix}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{value!r} is not a scale; {fix}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{value} is not a width multiple; give a finite number > 0 (2 doubles the width)")
+    if value > MAX_SCALE_FACTOR:
+        raise ValueError(f"{value:g}× the width is past {MAX_SCALE_FACTOR:g}×; give at most "
+                         f"{MAX_SCALE_FACTOR:g}, or a target {{unique_params: N}}")
+    return float(value)
+
+
+ScaleEntry = Annotated[float | ScaleTarget, BeforeValidator(_scale_entry)]
+
+
 class SpaceSpec(_Data):
     name: Name = "space"
     description: str = ""
@@ -263,6 +316,8 @@ class SpaceSpec(_Data):
     search: SearchSpec = SearchSpec()
     oneshot: OneShotSpec | None = None
     seq_len: SeqLen = Field(1024, description="context at which cost sheets are priced")
+    scales: tuple[ScaleEntry, ...] = Field((), description="sizes to grow the base to: width "
+                                           "multiples (2) or targets {unique_params: 2e5}")
 
 
 @dataclass(frozen=True)
@@ -472,6 +527,7 @@ def _problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[Problem]
             if spec.proxy.steps is not None and r >= spec.proxy.steps:
                 out.append(Problem("search.early_stopping.rungs", f"rung {r} is not before the last step "
                                    f"(proxy.steps = {spec.proxy.steps}); a rung must leave training to stop"))
+    out += _scales_problems(spec, base)
     sampler = spec.search.sampler
     if sampler_class(sampler) is None:
         out.append(Problem("search.sampler", f"unknown sampler {sampler!r}; {suggest(sampler, [*SAMPLERS, *SAMPLER_PARAMS])}"
@@ -804,6 +860,103 @@ def _check_base(space: Space) -> None:
                         str(space.source)) from None
 
 
+@dataclass(frozen=True)
+class Scale:
+    """One of a space's ``scales``: ``factor`` (a width multiple) or ``unique_params`` (a
+    target), the other None; ``label`` names it: ``2x``, ``0.5x``, ``2e5``."""
+
+    label: str
+    factor: float | None = None
+    unique_params: float | None = None
+
+    def apply(self, arch: ArchSpec) -> ArchSpec:
+        """``arch`` (canonical or user-level) at this scale, canonical."""
+        from .budget import scale_arch, scale_to_params
+
+        if self.factor is not None:
+            return scale_arch(arch, self.factor)
+        return scale_to_params(arch, self.unique_params)
+
+
+def _sci(x: float) -> str:
+    """``2e5``, ``1.3e9``: a parameter count as a label."""
+    mantissa, exponent = f"{x:.5e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def resolve_scales(space: Space | SpaceSpec) -> list[Scale]:
+    """The space's ``scales`` as :class:`Scale` s, in the order written; prices nothing
+    (no torch, no cost model). ``[1, 2, {unique_params: 2e5}]`` gives
+    ``Scale('1x', factor=1.0)``, ``Scale('2x', factor=2.0)``, ``Scale('2e5', unique_params=2e5)``."""
+    spec = space.spec if isinstance(space, Space) else space
+    return [Scale(f"{s:g}x", factor=s) if isinstance(s, float) else Scale(_sci(s.unique_params),
+                                                                          unique_params=s.unique_params)
+            for s in spec.scales]
+
+
+def _scales_problems(spec: SpaceSpec, base: dict | None) -> list[Problem]:
+    """What the written scales say without pricing: how many, repeats, a base to grow."""
+    out: list[Problem] = []
+    if not spec.scales:
+        return out
+    if base is None:
+        out.append(Problem("scales", "scales grow the space's base; give the space a base, or remove scales"))
+    if len(spec.scales) > MAX_SCALES:
+        out.append(Problem("scales", f"{len(spec.scales)} scales, at most {MAX_SCALES}: each is a model "
+                                     "trained far larger; keep the ones you mean to train"))
+    labels = [s.label for s in resolve_scales(spec)]
+    for i, label in enumerate(labels):
+        if labels.index(label) != i:
+            out.append(Problem(f"scales[{i}]", f"{label} repeats scales[{labels.index(label)}]; remove it"))
+    return out
+
+
+def _widest_params(base: ArchSpec) -> float:
+    """Unique parameters of ``base`` at :data:`MAX_SCALE_FACTOR` × its width (inf when no
+    spec is valid there: the target is then checked after scaling)."""
+    from .budget import scale_arch
+    from .cost import unique_params
+
+    try:
+        return unique_params(scale_arch(base, MAX_SCALE_FACTOR))
+    except SpecError:
+        return math.inf
+
+
+def scale_base(space: Space) -> list[tuple[Scale, ArchSpec]]:
+    """Each of the space's scales with its base grown to it (the space's ``match`` applied
+    first, as to every candidate): canonical specs the cost model prices. Raises
+    :class:`SpecError` on ``scales[i]`` for a width multiple that gives no valid spec and a
+    target that no width reaches, or that needs more than :data:`MAX_SCALE_FACTOR` × the
+    width. Lowers and prices a spec per probe (no torch): milliseconds per scale."""
+    if not space.spec.scales:
+        return []
+    base = resolve(spec_from_dict(space._with_match(copy.deepcopy(space.base)), "base"), "base")
+    out, problems, top = [], [], None
+    for i, scale in enumerate(resolve_scales(space)):
+        where = f"scales[{i}]" if scale.factor is not None else f"scales[{i}].unique_params"
+        if scale.unique_params is not None and top is None:
+            top = _widest_params(base)
+        if scale.unique_params is not None and scale.unique_params > top:
+            problems.append(Problem(where, f"{scale.label} needs more than {MAX_SCALE_FACTOR:g}× the width "
+                                           f"({MAX_SCALE_FACTOR:g}× gives {top:.3g}); give at most {top:.3g}"))
+            continue
+        try:
+            arch = scale.apply(base)
+        except SpecError as exc:
+            problems += [Problem(where, p.message) for p in exc.problems[:1]]
+            continue
+        grown = arch.model.width / base.model.width
+        if grown > MAX_SCALE_FACTOR:
+            problems.append(Problem(where, f"{scale.label} needs the width × {grown:.3g}, past "
+                                           f"{MAX_SCALE_FACTOR:g}×; give a smaller target"))
+            continue
+        out.append((scale, arch))
+    if problems:
+        raise SpecError(problems, str(space.source))
+    return out
+
+
 def grid_size(space: Space) -> int | None:
     """Number of points of a space whose parameters are all finite (None otherwise); a
     one-shot space's: its placements at the base ratio times its loop counts."""
@@ -844,4 +997,5 @@ def param_points(p: ParamSpec) -> int | None:
 __all__ = ["COST_METRICS", "SERVING_METRICS", "objective_metric", "SAMPLERS", "ParamSpec", "ObjectiveSpec", "ProxySpec", "EarlyStopSpec",
            "SearchSpec", "OneShotSpec", "OneShotSearchSpec", "SpaceSpec", "Constraint", "Space", "load_space", "parse_constraint",
            "set_path", "spec_hash", "cost_value", "violations", "grid_size", "grid_points",
-           "param_points", "proxy_problems", "storage_problem", "MAX_GRID"]
+           "param_points", "proxy_problems", "storage_problem", "MAX_GRID", "MAX_SCALES",
+           "MAX_SCALE_FACTOR", "ScaleTarget", "Scale", "resolve_scales", "scale_base"]

@@ -33,8 +33,9 @@ def is_space(path: Path) -> bool | dict:
     return data if "objectives" in data else False
 
 
-def check(path: Path) -> str:
-    """One line describing a valid file; raises SpecError otherwise."""
+def check(path: Path) -> tuple[str, list[str]]:
+    """One line describing a valid file, and the lines below it (a space's scales);
+    raises SpecError otherwise."""
     if found := is_space(path):
         from nas.space import grid_size, load_space
         space = load_space(path, found if isinstance(found, dict) else None)
@@ -48,12 +49,24 @@ def check(path: Path) -> str:
             what = "define-by-run sample(trial, base)"
         else:
             many = f"{size}" if (size or 0) < 10**12 else f"about 10^{len(str(size)) - 1}"
-            what = f"{len(space.spec.params)} parameters" + (f" ({many} grid points)" if size else "")
+            n = len(space.spec.params)
+            what = f"{n} parameter{'s' * (n != 1)}" + (f" ({many} grid points)" if size else "")
         return (f"space {space.name}: {what}"
                 + f", {len(space.constraints)} constraints, objectives "
-                + ", ".join(f"{o.direction} {o.name}" for o in space.spec.objectives))
+                + ", ".join(f"{o.direction} {o.name}" for o in space.spec.objectives)), scale_lines(space)
     arch = load(path)
-    return f"{arch.name}: {len(arch.layers)} layers, {len(arch.loops)} loop regions"
+    return f"{arch.name}: {len(arch.layers)} layers, {len(arch.loops)} loop regions", []
+
+
+def scale_lines(space) -> list[str]:
+    """The base at each of the space's scales: width, unique parameters, projection FLOPs."""
+    from nas.cost import projection_flops, unique_params
+    from nas.space import scale_base
+    from nas.units import si
+    scaled = scale_base(space)
+    width = max((len(s.label) for s, _ in scaled), default=0)
+    return [f"scale {s.label:>{width}}: width {a.model.width:,}, {unique_params(a):,} unique params, "
+            f"{si(projection_flops(a).total)} projection FLOPs/token" for s, a in scaled]
 
 
 @app.command("validate")
@@ -65,16 +78,20 @@ def validate_cmd(
     Examples:
       loopnas validate spaces/archs/mixerloop_15m.yaml
       loopnas validate spaces/quickstart.yaml spaces/*.yaml
+
+    A space with scales: [1, 2, {unique_params: 2e5}] also prints its base at each scale.
     """
     failed = False
     for spec in specs:
         try:
-            line = check(spec)
+            line, details = check(spec)
         except SpecError as exc:
             failed = True
             for line in str(exc).splitlines():
                 console_err.print(f"error: {line}", markup=False, highlight=False)
             continue
         console.print(f"ok  {spec}  ({line})", highlight=False, markup=False)
+        for detail in details:
+            console.print(f"    {detail}", highlight=False, markup=False)
     if failed:
         raise typer.Exit(2)
