@@ -184,8 +184,6 @@ def match_budget(source: ArchSpec, match: MatchSpec) -> ArchSpec:
                f"(now {match.tolerance}) or vary a finer size")
 
 
-# ---------------------------------------------------------------- proportional scaling
-
 SCALE_TOLERANCE = 0.02
 """How close :func:`scale_to_params` lands (export's ``--scale-to``)."""
 _NEAR = 64  # widths tried on each side of a factor's own width, or past an invalid grid width
