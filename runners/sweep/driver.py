@@ -25,7 +25,7 @@ from .job import Job, ServingJob
 from .lock import LOCK, LockError, acquire
 from .records import (
     EXPERIMENT, JOURNAL, TRIALS, ExperimentRecord, Objective, Point, Replicate, RecordError, Rung, TrialRecord,
-    read_experiment, read_trials, repair_journal, study_storage, trial_path, write_json,
+    read_experiment, read_trials, repair_journal, run_dir, study_storage, trial_path, write_json,
 )
 from .stopping import ParetoHalving
 
@@ -492,7 +492,7 @@ class Sweep:
     def _job(self, rid: str, rep: Replicate, config: dict, resume: bool) -> Job:
         record = self.records[rid]
         one = self.seeds == 1  # one seed: the layout of experiments written before replicates
-        job_dir = self.out / TRIALS / rid if one else self.out / TRIALS / rid / f"s{rep.index}"
+        job_dir = run_dir(self.out, record, rep.index)  # the layout export reads back
         return Job(id=rid if one else f"{rid}-s{rep.index}", trial=rid, replicate=rep.index,
                    arch=record.arch, config={**config, "seed": rep.seed}, dir=str(job_dir),
                    metric=self.quality.metric if self.quality else "eval_loss",

@@ -9,6 +9,7 @@ Layout (every file written atomically, as it happens)::
       driver.lock             held by the one driver running the sweep (runners.sweep.lock)
       trials/t0007.json       one TrialRecord per trial (any status, updated as it runs)
       trials/t0007/           per-trial scratch: checkpoint.pt, result.json of the trainer
+      trials/t0007/s1/        ... of replicate 1, when the trial has several (proxy.seeds > 1)
 
 Reading needs pydantic only (no torch, no ray), so `status` and `report` start instantly
 and work on a sweep that is still running. :func:`read_trials` is the one reader of the
@@ -28,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nas.errors import LoopnasError
 
 from runners.checkpoint import (
+    CHECKPOINT,
     write_text,  # the one atomic write (re-exported: records use it)
 )
 
@@ -185,6 +187,29 @@ def trial_path(exp_dir: Path, trial_id: str) -> Path:
     return Path(exp_dir) / TRIALS / f"{trial_id}.json"
 
 
+def run_dir(exp_dir: str | Path, record: TrialRecord, replicate: int | None = None) -> Path:
+    """Where a trial's training run writes its ``checkpoint.pt`` and ``result.json``: the one
+    rule the driver writes by and export reads by. A trial of one run (one seed, a one-shot
+    sub-network, a record from before replicates) uses ``trials/<id>/``; replicate ``i`` of
+    a seeded trial ``trials/<id>/s<i>/``, and there ``replicate`` must name one."""
+    base = Path(exp_dir) / TRIALS / record.id
+    indices = [r.index for r in record.replicates]
+    if len(indices) <= 1:
+        if replicate not in (None, *indices, 0):
+            raise RecordError(f"trial {record.id} has one run; it has no replicate {replicate}")
+        return base
+    if replicate is None:
+        raise RecordError(f"trial {record.id} has {len(indices)} replicates; name one of {indices}")
+    if replicate not in indices:
+        raise RecordError(f"trial {record.id} has no replicate {replicate} (it has {indices})")
+    return base / f"s{replicate}"
+
+
+def checkpoint_of(exp_dir: str | Path, record: TrialRecord, replicate: int | None = None) -> Path:
+    """The trainer checkpoint of a trial, or of one of its replicates (:func:`run_dir`)."""
+    return run_dir(exp_dir, record, replicate) / CHECKPOINT
+
+
 def _why(path: Path, model: type[BaseModel]) -> tuple[BaseModel | None, str]:
     """The file read as ``model``, or why it cannot be, in words."""
     from pydantic import ValidationError
@@ -277,4 +302,5 @@ def study_storage(exp_dir: str | Path, url: str | None) -> str:
 
 __all__ = ["Status", "Direction", "Objective", "Rung", "Point", "Replicate", "TrialRecord", "ExperimentRecord",
            "RecordError", "Unreadable", "write_text", "write_json", "trial_path", "read_experiment", "read_trials",
+           "run_dir", "checkpoint_of",
            "repair_journal", "study_storage", "EXPERIMENT", "TRIALS", "JOURNAL"]
