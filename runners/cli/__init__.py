@@ -23,7 +23,7 @@ app = typer.Typer(
 
 # Every command module, registered in this order (a module is one command); a module that
 # fails to import fails the CLI, rather than silently losing its command.
-_COMMANDS = ("validate", "show", "graph", "cost", "train", "sweep", "calibrate", "status", "report",
+_COMMANDS = ("validate", "show", "graph", "cost", "train", "sweep", "calibrate", "transfer", "status", "report",
              "export", "import_", "bench", "diagnose", "doctor")  # import_.py: the `import` command
 
 
