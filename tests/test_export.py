@@ -462,3 +462,43 @@ def test_generate_continues_from_a_returned_cache(generated):
     r = out["hybrid/continued"]
     assert torch.equal(r["continued"], out["hybrid/cached"]["tokens"])
     assert r["continued_lengths"] == [1] * (NEW // 2)  # only the token the cache has not seen
+
+
+# ---------------------------------------------------------------- whose weights
+
+
+@pytest.fixture(scope="module")
+def gdn_run(tmp_path_factory, one_thread):
+    """A trainer run (checkpoint.pt and result.json) of tiny_noloop, a GDN model."""
+    run = tmp_path_factory.mktemp("gdn") / "run"
+    cfg = TrainConfig(task="mqar", task_params={"vocab_size": 32, "seq_len": 16, "num_kv_pairs": 2},
+                      steps=1, batch_size=2, warmup_steps=0, eval_every=1, eval_batches=1,
+                      checkpoint_every=1, progress=False, backend="torch")
+    train(arch("tiny_noloop"), cfg, out_dir=run)
+    return run
+
+
+def test_a_checkpoint_of_another_spec_is_refused(gdn_run, tmp_path, capsys):
+    """issue #34: exporting an attention spec with a GDN run's checkpoint exported the GDN
+    model of the result.json beside it, exit 0."""
+    argv = ["export", "tiny_ouro", "--checkpoint", str(gdn_run / "checkpoint.pt"), "--out", str(tmp_path / "x")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "not of tiny_ouro" in err[0], err
+    assert "is of tiny_noloop (fingerprint " in err[0]
+    assert not (tmp_path / "x").exists()
+    e = export_spec(ROOT / "spaces" / "archs" / "tiny_noloop.yaml", tmp_path / "ok", checkpoint=gdn_run / "checkpoint.pt")
+    assert e.arch.model.vocab_size == 32 and e.weights.checkpoint == gdn_run / "checkpoint.pt"
+
+
+@pytest.mark.parametrize("garbage", [b"{not json", b'{"arch": 3}', b"\xff\xfe"], ids=["torn", "not-a-result", "binary"])
+def test_a_garbage_result_beside_the_checkpoint_is_one_line(gdn_run, tmp_path, capsys, garbage):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoint.pt").write_bytes((gdn_run / "checkpoint.pt").read_bytes())
+    (run / "result.json").write_bytes(garbage)
+    argv = ["export", "tiny_noloop", "--checkpoint", str(run / "checkpoint.pt"), "--out", str(tmp_path / "x")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "result.json: unreadable trainer result" in err[0], err
+    assert not (tmp_path / "x").exists()

@@ -34,8 +34,9 @@ SourceArg = Annotated[Path, typer.Argument(
     help="An experiment directory (with --trial or --pick), or an architecture spec (.yaml or a shipped name).",
     show_default=False)]
 ExportOutOpt = Annotated[Path, typer.Option(
-    "--out", "-o", help="The export directory: new, empty, or an earlier export (only the files "
-                        "an export writes are replaced; nothing else in it is touched).",
+    "--out", "-o", help="The export directory: new, empty, or an earlier export (only files it provably "
+                        "wrote, by the hashes in its loopnas_export.json, are replaced or deleted; nothing "
+                        "else in it is touched).",
     show_default=False)]
 TrialOpt = Annotated[str | None, typer.Option("--trial", help="Export this trial (e.g. t0007).")]
 PickOpt = Annotated[PickRule | None, typer.Option("--pick", help="Pick a trial from the Pareto front.")]
@@ -45,6 +46,10 @@ ScaleOpt = Annotated[float | None, typer.Option(
 VaryOpt = Annotated[Vary, typer.Option(
     "--vary", help="What --scale-to varies: scale (width, heads and FFN together), or one size alone.")]
 WeightsOpt = Annotated[bool, typer.Option("--with-weights", help="Include the trial's proxy weights (sweeps).")]
+ReplicateOpt = Annotated[int | None, typer.Option(
+    "--replicate", min=0, help="With --with-weights, for a seeded sweep: the replicate whose weights to export "
+                               "(default: the one whose quality is nearest the candidate's mean).",
+    show_default=False)]
 FormatOpt = Annotated[Format, typer.Option(
     "--format", help="remote: transformers remote code (any spec); native: a transformers family (qwen3_next, "
                      "olmo_hybrid, qwen3, llama) with converted weights, loaded without remote code; auto: native "
@@ -76,6 +81,7 @@ def export_cmd(
     trial: TrialOpt = None,
     pick: PickOpt = None,
     with_weights: WeightsOpt = False,
+    replicate: ReplicateOpt = None,
     checkpoint: CkptOpt = None,
     scale_to: ScaleOpt = None,
     vary: VaryOpt = Vary.scale,
@@ -86,6 +92,7 @@ def export_cmd(
     config, modeling code, spec.yaml, cost.json, README.md, optional weights, scaled/.
 
     Examples: loopnas export experiments/quick --pick knee --with-weights --out chosen/ ;
+    loopnas export runs/quickstart --trial t0005 --with-weights --replicate 1 --out t5s1/ ;
     loopnas export mixerloop_15m --out ml15m/ --scale-to 1.3e9 ;
     loopnas export hybrid.yaml --checkpoint ckpt.pt --format auto --out native/
     """
@@ -96,9 +103,11 @@ def export_cmd(
             raise UsageError("--checkpoint is for a spec; a trial's weights come with --with-weights")
         _warn_unreadable(source)
         result = export_trial(source, out, trial=trial, pick=pick.value if pick else None,
-                              with_weights=with_weights, scale_to=scale_to, vary=vary.value,
+                              with_weights=with_weights, replicate=replicate, scale_to=scale_to, vary=vary.value,
                               fmt=format.value)
     else:
+        if replicate is not None:
+            raise UsageError("--replicate picks a replicate of a sweep's trial; a spec's weights come with --checkpoint")
         if with_weights and checkpoint is None:
             raise UsageError("a spec has no trained weights: give --checkpoint CKPT")
         result = export_spec(spec_path(source), out, checkpoint=checkpoint, scale_to=scale_to,
@@ -107,6 +116,9 @@ def export_cmd(
                   + (" with weights" if result.with_weights else "")
                   + (f" (loops={result.loops})" if result.loops is not None else ""), markup=False)
     console.print(f"format: {result.why}", markup=False)
+    w = result.weights
+    if w is not None and w.replicate is not None:
+        console.print(f"weights: replicate {w.replicate} (seed {w.seed}) of {w.replicates}: {w.why}", markup=False)
     if result.scaled is not None:
         s = result.scaled
         console.print(f"scaled/: {s.params:,} unique params, {s.miss:.2%} from {s.target:,.0f} "

@@ -9,43 +9,36 @@ weights, for the architecture resized to a parameter target by the budget matche
 With ``fmt="native"`` (or ``auto`` where it fits) the directory is instead a
 transformers-native model (``qwen3_next``, ``olmo_hybrid``, ``qwen3``, ``llama``): config and
 converted weights, no code (:mod:`runners.export.native`).
-``loopnas_export.json`` lists the files the export wrote: exporting again into the same
-directory replaces those, deletes the ones it no longer writes, and leaves everything else
-(a ``.git``, notes) alone.
+``loopnas_export.json`` lists the files the export wrote with their hashes, and whose weights
+they are: exporting again into the same directory replaces those, deletes the ones it no
+longer writes, and leaves everything else (a ``.git``, notes) alone
+(:mod:`runners.export.outdir`). Weights come from a trainer checkpoint of the exported spec
+(for a seeded sweep, of one replicate: :mod:`runners.export.weights`).
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Iterator
+from pathlib import Path
 
 from nas.budget import match_budget
 from nas.cost import DEFAULT_SEQ_LEN, cost, unique_params
 from nas.load import dump_yaml, load_spec, resolve
 from nas.lower import lower
 from nas.spec import ArchSpec, MatchSpec
-from runners.checkpoint import CHECKPOINT, RESULT, write_text
-
 from . import native, vendor
+from .outdir import MANIFEST, staged
 from .pick import Choice, ExportError, Pick, choose
 from .readme import readme
 from .scale import proportional
+from .weights import Weights, owner, trial_checkpoint
 
 HF_DIR = Path(__file__).parent / "hf"
 CODE = ("configuration_loopnas.py", "modeling_loopnas.py")
 AUTO_MAP = {"AutoConfig": "configuration_loopnas.LoopnasConfig",
             "AutoModelForCausalLM": "modeling_loopnas.LoopnasForCausalLM"}
 SCALE_TOLERANCE = 0.02
-MANIFEST = "loopnas_export.json"  # the files an export wrote: all that a re-export may delete
-_LEGACY = ("config.json", *CODE, vendor.MANIFEST, "model.safetensors", "spec.yaml", "cost.json",
-           "README.md")  # what an export wrote before it kept a manifest
-_STAGE = ".loopnas-export-"
-_SYSTEM = (Path("/proc"), Path("/sys"))
 _VARIED = {"scale": "width, head counts and FFN widths grown together, head dims kept",
            "width": "the width varied alone by the loopnas budget matcher",
            "ffn_hidden": "the FFN width varied alone by the loopnas budget matcher",
@@ -78,6 +71,7 @@ class Export:
     how: str
     family: str | None = None  # the transformers-native model type written (None: remote code)
     why: str = ""  # why this format (--format auto says which and why)
+    weights: Weights | None = None  # whose weights, when with_weights
 
 
 def config_dict(arch: ArchSpec, loops: int | None, dtype: str = "float32") -> dict:
@@ -86,81 +80,6 @@ def config_dict(arch: ArchSpec, loops: int | None, dtype: str = "float32") -> di
             "vocab_size": arch.model.vocab_size, "hidden_size": arch.model.width,
             "num_hidden_layers": len(arch.layers), "tie_word_embeddings": arch.model.tie_embeddings,
             "use_cache": True, "dtype": dtype}
-
-
-def _is_export(folder: Path) -> bool:
-    try:
-        return json.loads((folder / "config.json").read_text()).get("model_type") == "loopnas"
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def _safe_name(name: object) -> bool:
-    """A manifest entry names a file inside the export, never outside it."""
-    path = PurePosixPath(name) if isinstance(name, str) else None
-    return path is not None and bool(path.parts) and not path.is_absolute() and ".." not in path.parts
-
-
-def _previous(out: Path) -> list[str]:
-    """The files an earlier export wrote into ``out``: its manifest's list (an export from
-    before the manifest: the files every export writes). A new or empty directory has
-    none; a file, a directory holding anything but an export, /proc or /sys are refused."""
-    resolved = out.resolve()
-    for root in _SYSTEM:
-        if resolved.is_relative_to(root):
-            raise ExportError(f"--out {out} is under {root}; choose a directory of your own")
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"--out {out} exists and is not a directory")
-    if not out.is_dir() or all(p.name.startswith(_STAGE) for p in out.iterdir()):
-        return []
-    try:
-        files = json.loads((out / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        files = None
-    if isinstance(files, list):
-        return [f for f in files if _safe_name(f)]
-    if _is_export(out):
-        scaled = [f"scaled/{n}" for n in _LEGACY] if _is_export(out / "scaled") else []
-        return [n for n in [*_LEGACY, *scaled] if (out / n).is_file()]
-    raise ExportError(f"--out {out} is not empty and holds no loopnas export; choose a new directory")
-
-
-def _write_manifest(out: Path, files: list[str]) -> None:
-    write_text(out / MANIFEST, json.dumps({"format": 1, "files": sorted(set(files))}, indent=1) + "\n")
-
-
-def _remove(out: Path, name: str) -> None:
-    """Delete one file an earlier export wrote, and its folders if that left them empty."""
-    path = out / name
-    if not path.parent.resolve().is_relative_to(out.resolve()):
-        return  # a folder replaced by a link: what it points at is not the export's
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    for folder in path.relative_to(out).parents[:-1]:
-        with contextlib.suppress(OSError):  # not empty: it holds someone else's files
-            (out / folder).rmdir()
-
-
-@contextlib.contextmanager
-def _export_dir(out: Path) -> Iterator[Path]:
-    """A staging folder to write an export into; on success its files replace ``out``'s,
-    and of an earlier export's files only those this one no longer writes are deleted:
-    nothing else in ``out`` is touched, and a failed export leaves ``out`` as it was."""
-    previous = _previous(out)
-    out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=_STAGE, dir=out))
-    try:
-        yield stage
-        written = [p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file()]
-        _write_manifest(out, [*previous, *written])  # an interrupted move leaves no file unlisted
-        for name in written:
-            (out / name).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(stage / name, out / name)
-        for name in sorted(set(previous) - set(written)):
-            _remove(out, name)
-        _write_manifest(out, written)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)  # this export's own staging folder
 
 
 def write_code(out: Path) -> list[str]:
@@ -202,8 +121,8 @@ def _checked(arch: ArchSpec, state: dict) -> dict:
 
 def write_dir(out: Path, arch: ArchSpec, *, loops: int | None, how: str, state: dict | None,
               seq_len: int, extra_readme: str = "") -> None:
-    """One loadable directory, new or replacing an earlier export (:func:`_export_dir`)."""
-    with _export_dir(out) as stage:
+    """One loadable directory, new or replacing an earlier export (:func:`outdir.staged`)."""
+    with staged(out) as stage:
         _write_files(stage, arch, loops=loops, how=how, state=state, seq_len=seq_len,
                      extra_readme=extra_readme)
 
@@ -265,28 +184,30 @@ def scale(source: ArchSpec, target: float, vary: str = "scale", family: str | No
     return Scaled(arch, float(target), vary)
 
 
-def _finish(out: Path, arch: ArchSpec, scale_src: ArchSpec, *, loops, how, state, seq_len,
+def _finish(out: Path, arch: ArchSpec, scale_src: ArchSpec, *, loops, how, weights: Weights | None, seq_len,
             scale_to, vary, fmt: str = "remote") -> Export:
     chosen = native.choose_format(arch, fmt)  # a native family has no loops, so no elastic depth
     scaled = scale(scale_src, scale_to, vary, chosen.family) if scale_to is not None else None
     scaled_family = native.choose_format(scaled.arch, fmt).family if scaled is not None else None
-    note = ""
+    arch, state = (weights.arch, weights.state) if weights is not None else (arch, None)
+    note = weights.sentence() if weights is not None else ""
     if scaled is not None:
-        note = (f"`scaled/` holds the same architecture resized for full training: {scaled.params:,} "
-                f"unique parameters for a target of {scaled.target:,.0f} ({scaled.miss:.2%} off; "
-                f"{_VARIED[vary]}); no weights.")
-    with _export_dir(out) as stage:
-        _write_files(stage, arch, loops=loops, how=how, state=state, seq_len=seq_len, extra_readme=note,
+        note += (f" `scaled/` holds the same architecture resized for full training: {scaled.params:,} "
+                 f"unique parameters for a target of {scaled.target:,.0f} ({scaled.miss:.2%} off; "
+                 f"{_VARIED[vary]}); no weights.")
+    with staged(out, {"weights": weights.manifest() if weights is not None else None}) as stage:
+        _write_files(stage, arch, loops=loops, how=how, state=state, seq_len=seq_len, extra_readme=note.strip(),
                      family=chosen.family)
         if scaled is not None:
             _write_files(stage / "scaled", scaled.arch, loops=loops, seq_len=seq_len, state=None,
                          how=f"Resized to {scaled.target:,.0f} unique parameters ({_VARIED[vary]}) "
                              f"from the architecture chosen as follows. {how}", family=scaled_family)
-    return Export(out, arch, loops, state is not None, scaled, how, chosen.family, chosen.why)
+    return Export(out, arch, loops, state is not None, scaled, how, chosen.family, chosen.why, weights)
 
 
-def _load_state(path: Path) -> dict:
-    """A checkpoint's state_dict; a file that does not load is a CheckpointError."""
+def _weights(arch: ArchSpec, path: Path, **source) -> Weights:
+    """The checkpoint's weights, once shown to be ``arch``'s (:func:`runners.export.weights.owner`);
+    a file that does not load is a CheckpointError."""
     from runners.checkpoint import load
 
     if not path.exists():
@@ -295,20 +216,7 @@ def _load_state(path: Path) -> dict:
     state = ckpt.get("model", ckpt)
     if not isinstance(state, dict) or not state:
         raise ExportError(f"{path} holds no state_dict (expected a trainer checkpoint with key 'model')")
-    return state
-
-
-def _proxy_arch(arch: ArchSpec, ckpt: Path, state: dict) -> ArchSpec:
-    """The arch the weights belong to: the trainer's ``result.json`` next to the checkpoint
-    (the proxy task may have rewritten the vocabulary), else ``arch`` with the checkpoint's
-    vocabulary."""
-    from runners.train import TrainResult, with_vocab
-
-    result = ckpt.parent / RESULT
-    if result.is_file():
-        return TrainResult.model_validate_json(result.read_text()).arch
-    embed = state.get("embed.weight", state.get("_orig_mod.embed.weight"))
-    return arch if embed is None else with_vocab(arch, int(embed.shape[0]))
+    return Weights(path, state, owner(arch, path, ckpt, state), **source)
 
 
 def export_spec(spec_path: str | Path, out: str | Path, *, checkpoint: str | Path | None = None,
@@ -320,32 +228,32 @@ def export_spec(spec_path: str | Path, out: str | Path, *, checkpoint: str | Pat
     source = load_spec(spec_path)
     arch = resolve(source, str(spec_path))
     how = f"Exported from the spec {Path(spec_path).name}, outside any sweep"
-    state = None
+    weights = None
     if checkpoint is not None:
-        state = _load_state(Path(checkpoint))
-        arch = _proxy_arch(arch, Path(checkpoint), state)
+        weights = _weights(arch, Path(checkpoint))
         how += f", with the weights of {checkpoint}"
-    return _finish(Path(out), arch, source, loops=loops, how=how, state=state, seq_len=seq_len,
+    return _finish(Path(out), arch, source, loops=loops, how=how, weights=weights, seq_len=seq_len,
                    scale_to=scale_to, vary=vary, fmt=fmt)
 
 
 def export_trial(exp_dir: str | Path, out: str | Path, *, trial: str | None = None,
-                 pick: Pick | None = None, with_weights: bool = False,
+                 pick: Pick | None = None, with_weights: bool = False, replicate: int | None = None,
                  scale_to: float | None = None, vary: str = "scale", fmt: str = "remote") -> Export:
-    """Export one trial of an experiment directory, chosen by id or by a Pareto pick."""
+    """Export one trial of an experiment directory, chosen by id or by a Pareto pick;
+    ``with_weights``: with its checkpoint's weights (a seeded trial: of the replicate nearest
+    its mean, or of ``replicate``)."""
+    if replicate is not None and not with_weights:
+        raise ExportError("--replicate picks whose weights to export: give --with-weights too")
     choice: Choice = choose(exp_dir, trial, pick)
     arch = ArchSpec.model_validate(choice.trial.arch)
-    how = _how(choice)
-    state = None
+    weights = None
     if with_weights:
-        ckpt = Path(exp_dir) / "trials" / choice.trial.id / CHECKPOINT
-        if not ckpt.is_file():
-            raise ExportError(f"trial {choice.trial.id} has no checkpoint ({ckpt}); export without --with-weights")
-        state = _load_state(ckpt)
-        arch = _proxy_arch(arch, ckpt, state)
-    return _finish(Path(out), arch, ArchSpec.model_validate(choice.trial.arch), loops=choice.k,
-                   how=how, state=state, seq_len=choice.experiment.seq_len, scale_to=scale_to, vary=vary,
-                   fmt=fmt)
+        t = choice.trial
+        path, rep, why = trial_checkpoint(Path(exp_dir), t, choice.experiment.objectives, choice.k, replicate)
+        weights = _weights(arch, path, trial=t.id, replicate=rep.index if rep else None,
+                           seed=rep.seed if rep else t.seed, replicates=max(1, len(t.replicates)), why=why)
+    return _finish(Path(out), arch, arch, loops=choice.k, how=_how(choice), weights=weights,
+                   seq_len=choice.experiment.seq_len, scale_to=scale_to, vary=vary, fmt=fmt)
 
 
 def _how(c: Choice) -> str:
@@ -362,5 +270,5 @@ def _how(c: Choice) -> str:
     return " ".join(lines)
 
 
-__all__ = ["Export", "Scaled", "ExportError", "export_spec", "export_trial", "scale", "write_dir",
-           "config_dict", "AUTO_MAP"]
+__all__ = ["Export", "Scaled", "ExportError", "Weights", "export_spec", "export_trial", "scale", "write_dir",
+           "config_dict", "AUTO_MAP", "MANIFEST"]
