@@ -16,6 +16,8 @@ from runners.sweep.records import write_text
 from .axes import axes, serving_axes
 from .data import Experiment, front_2d, hypervolume_history, load, rank_agreement
 from .page import diagram_uri, document, front_table, header, plural
+from .transfer import TITLE as TRANSFER_TITLE
+from .transfer import section as transfer_section
 
 REPORT = "report"
 
@@ -101,6 +103,9 @@ def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
     calibration = _calibration(exp)
     if calibration:
         body += _section("Calibration: can the proxy see each axis?", [calibration])
+    transfer = transfer_section(exp.dir)  # loopnas transfer: EXP/transfer/
+    if transfer:
+        body += _section(TRANSFER_TITLE, [transfer])
     diagrams = {exp.rows[i].trial.id: diagram_uri(exp.rows[i].trial.arch)
                 for i in exp.front if exp.rows[i].trial.arch is not None}
     body += _section(f"The front: {plural(len(exp.front), 'point')} over "

@@ -12,7 +12,8 @@ reads, :mod:`.analysis` compares, :mod:`.output` writes.
 from .analysis import Transfer, scale_verdict
 from .output import markdown, write
 from .plan import STEPS_RULES, TransferError, choose, parse_candidates
-from .run import TRANSFER, analyse, find, prepare, run_transfer, summary_json, train
+from .run import TRANSFER, analyse, find, prepare, run_transfer, status_entry, summary_json, train
 
 __all__ = ["STEPS_RULES", "TRANSFER", "Transfer", "TransferError", "analyse", "choose", "find", "markdown",
-           "parse_candidates", "prepare", "run_transfer", "scale_verdict", "summary_json", "train", "write"]
+           "parse_candidates", "prepare", "run_transfer", "scale_verdict", "status_entry", "summary_json", "train",
+           "write"]

@@ -280,5 +280,12 @@ def summary_json(t: Transfer) -> dict:
     return {"verdict": t.verdict, "tau": last.tau, "scale": last.label}
 
 
+def status_entry(exp_dir: Path) -> dict:
+    """``{"transfer": {verdict, tau, scale}}`` for ``loopnas status --json`` when the
+    experiment has a transfer, else nothing."""
+    t = find(exp_dir)
+    return {"transfer": summary_json(t)} if t is not None else {}
+
+
 __all__ = ["TRANSFER", "Prepared", "ScaleRun", "analyse", "base_measures", "find", "measure", "prepare",
-           "run_transfer", "scale_measures", "summary_json", "train"]
+           "run_transfer", "scale_measures", "status_entry", "summary_json", "train"]
