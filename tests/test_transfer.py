@@ -207,6 +207,13 @@ def test_outputs_and_a_mismatched_resume(tmp_path):
     assert set(s["candidates"][0]) >= {"trial", "mean", "se", "unique_params", "projection_flops"}
     assert set(s["pairs"]) >= {"kept", "flipped", "within_noise"}
     assert paths[2].stat().st_size > 10_000 and "| 2× |" in paths[1].read_text()
+    # the sweep's report shows the section; its status --json names the verdict and the largest scale's tau
+    from runners.cli.status import status_data
+    from runners.report import write_report
+    html = write_report(exp).index.read_text()
+    assert "Does the ranking hold at larger scale?" in html and t.verdict in html
+    assert status_data(exp)["transfer"] == {"verdict": t.verdict, "tau": t.scales[1].tau, "scale": "2x"}
+    assert "transfer" not in status_data(prep.runs[0].dir)
     from runners.transfer import train
     other = prepare(exp, scales=(2.0,), candidates="top:3")
     with pytest.raises(TransferError, match="other candidates"):
@@ -250,6 +257,7 @@ def test_a_real_tiny_transfer_trains_writes_resumes_and_status_reads_it(tmp_path
     # the scale is an ordinary experiment: status reads it; the base's status --json names the transfer
     status = json.loads(cli("status", str(out / "scale-2x"), "--json").stdout)
     assert status["complete"] == 2 and status["seeds"] == 2
+    assert json.loads(cli("status", str(exp), "--json").stdout)["transfer"]["verdict"] == data["verdict"]
     # rerunning resumes: nothing is trained again
     before = (out / "scale-2x" / "trials" / "t0000.json").stat().st_mtime
     again = cli("transfer", str(exp), "--scales", "2")

@@ -38,6 +38,7 @@ def per_device(records) -> dict[str, int]:
 def status_data(exp_dir: Path) -> dict:
     from runners.sweep.front import front, noise_sentence, quality_name
     from runners.sweep.records import read_experiment, read_trials, study_storage
+    from runners.transfer import status_entry
 
     exp = read_experiment(exp_dir)
     unreadable: list = []
@@ -52,6 +53,7 @@ def status_data(exp_dir: Path) -> dict:
             **counts, "elastic_trials": elastic, "seeds": exp.seeds, "devices": per_device(records),
             "objectives": [o.model_dump() for o in exp.objectives],
             "noise": noise_sentence(points, quality_name(exp.objectives), exp.seeds),
+            **status_entry(exp_dir),  # loopnas transfer's verdict and tau, when EXP/transfer/ has one
             "front": [{"trial": p.trial, "k": p.k, "values": p.values, "se": _se(p, exp.objectives),
                        "n": p.n, "p_front": p.p_front, "tied": p.tied, "summary": p.summary}
                       for p in points],
