@@ -214,6 +214,14 @@ def test_outputs_and_a_mismatched_resume(tmp_path):
     assert "Does the ranking hold at larger scale?" in html and t.verdict in html
     assert status_data(exp)["transfer"] == {"verdict": t.verdict, "tau": t.scales[1].tau, "scale": "2x"}
     assert "transfer" not in status_data(prep.runs[0].dir)
+    # export --pick knee@2x picks from that scale's front (the grown spec)
+    from runners.export.pick import ExportError, at_scale, choose as pick
+    for asked in ("knee@2x", "knee@2", "knee@largest"):
+        assert at_scale(exp, asked) == (prep.runs[0].dir, "knee")
+    assert at_scale(exp, "knee") == (exp, "knee")
+    with pytest.raises(ExportError, match="no transfer scale 4x"):
+        at_scale(exp, "knee@4x")
+    assert pick(prep.runs[0].dir, pick="knee").trial.arch["model"]["width"] == 128
     from runners.transfer import train
     other = prepare(exp, scales=(2.0,), candidates="top:3")
     with pytest.raises(TransferError, match="other candidates"):

@@ -39,7 +39,9 @@ ExportOutOpt = Annotated[Path, typer.Option(
                         "else in it is touched).",
     show_default=False)]
 TrialOpt = Annotated[str | None, typer.Option("--trial", help="Export this trial (e.g. t0007).")]
-PickOpt = Annotated[PickRule | None, typer.Option("--pick", help="Pick a trial from the Pareto front.")]
+PickOpt = Annotated[str | None, typer.Option(
+    "--pick", help="Pick a trial from the Pareto front: knee, best-quality or cheapest; RULE@4x (or @largest) "
+                   "picks from that scale of the sweep's transfer (loopnas transfer).", show_default=False)]
 ScaleOpt = Annotated[float | None, typer.Option(
     "--scale-to", help="Also write scaled/: the architecture resized to this many unique parameters (e.g. 1.3e9).",
     show_default=False)]
@@ -92,6 +94,7 @@ def export_cmd(
     config, modeling code, spec.yaml, cost.json, README.md, optional weights, scaled/.
 
     Examples: loopnas export experiments/quick --pick knee --with-weights --out chosen/ ;
+    loopnas export runs/quickstart --pick knee@4x --out chosen4x/ ;
     loopnas export runs/quickstart --trial t0005 --with-weights --replicate 1 --out t5s1/ ;
     loopnas export mixerloop_15m --out ml15m/ --scale-to 1.3e9 ;
     loopnas export hybrid.yaml --checkpoint ckpt.pt --format auto --out native/
@@ -101,8 +104,13 @@ def export_cmd(
     if source.is_dir() or trial is not None or pick is not None:
         if checkpoint is not None:
             raise UsageError("--checkpoint is for a spec; a trial's weights come with --with-weights")
+        if pick is not None:
+            from runners.export.pick import at_scale
+            source, pick = at_scale(source, pick)
+            if pick not in {r.value for r in PickRule}:
+                raise UsageError(f"--pick: give knee, best-quality or cheapest, optionally @SCALE (got {pick!r})")
         _warn_unreadable(source)
-        result = export_trial(source, out, trial=trial, pick=pick.value if pick else None,
+        result = export_trial(source, out, trial=trial, pick=pick,
                               with_weights=with_weights, replicate=replicate, scale_to=scale_to, vary=vary.value,
                               fmt=format.value)
     else:

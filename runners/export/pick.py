@@ -126,4 +126,26 @@ def choose(exp_dir: str | Path, trial: str | None = None, pick: Pick | None = No
                   f"{len(cands)} points of complete trials", c.values, front)
 
 
-__all__ = ["Pick", "PICKS", "ExportError", "Candidate", "Choice", "candidates", "pick_index", "choose"]
+def at_scale(exp_dir: str | Path, pick: str) -> tuple[Path, str]:
+    """``knee@4x`` (``best-quality@2``, ``cheapest@largest``): the pick rule, and the
+    experiment directory of that scale of the sweep's transfer (``EXP/transfer/scale-4x/``,
+    ``loopnas transfer``) whose front it picks from; a pick without ``@`` is the sweep's own."""
+    rule, at, scale = pick.partition("@")
+    if not at:
+        return Path(exp_dir), pick
+    root = Path(exp_dir) / "transfer"
+    made = sorted(p.name[len("scale-"):] for p in root.glob("scale-*") if (p / "experiment.json").is_file())
+    if not made:
+        raise ExportError(f"--pick {pick}: {exp_dir} has no transfer (run loopnas transfer {exp_dir} first)")
+    if scale == "largest":
+        from runners.transfer import find
+        t = find(exp_dir)
+        label = t.scales[-1].label if t is not None else max(made, key=lambda s: float(s.rstrip("x")))
+    else:
+        label = scale.replace("×", "x") if scale.rstrip("x×") != scale else f"{scale}x"
+    if label not in made:
+        raise ExportError(f"--pick {pick}: no transfer scale {label} in {root} (scales: {', '.join(made)}, or largest)")
+    return root / f"scale-{label}", rule
+
+
+__all__ = ["Pick", "PICKS", "ExportError", "Candidate", "Choice", "at_scale", "candidates", "pick_index", "choose"]
