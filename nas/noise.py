@@ -1,25 +1,50 @@
-"""Seed noise: replicate means and standard errors, the probability of being on a front,
-whether neighbours differ beyond noise, permutation tests and rank agreement.
+"""Seed noise: replicate means and standard errors, tests that use the design (paired by
+seed, exact at the floor), the probability of being on a front, and rank agreement.
 
-numpy only (no torch, no scipy needed). A *replicate* is one training run of a candidate
-with its own seed (initialisation and data order; the eval batches are shared). Every
-comparison the platform prints comes from here, so a front, a calibration and early
-stopping all use one definition of "beyond seed noise": a difference larger than
-``Z`` combined standard errors.
+A *replicate* is one training run of a candidate with its own seed (initialisation and data
+order); every candidate's replicate i uses seed ``search.seed + i`` and all of them are
+scored on the same eval batches. Candidates that share seeds are therefore *paired*: a
+seed that is lucky for one candidate tends to be lucky for the others, and the difference
+of two candidates on one seed is sharper than either score. Every test here uses that
+pairing where the seeds are shared and says when it falls back to treating replicates as
+independent (unequal or failed replicates).
+
+- :func:`compare`: two candidates (the front's ``≈``, transfer's pairs): a paired t-test
+  over shared seeds, else Welch's; a pair *differs beyond seed noise* when its p is below
+  :data:`TIE_ALPHA`, a stated per-pair false-positive rate (measured in
+  ``tests/test_noise.py``).
+- :func:`permutation_test`: one factor in blocks (calibrate's axes): levels shuffled within
+  each (context, seed) block when seeds are shared, within each context otherwise; exact
+  where the relabellings can be enumerated, else Monte Carlo with a stated interval whose
+  upper end decides. Never below the design's floor.
+- :func:`p_front`: a paired bootstrap (seed indices resampled jointly across candidates).
+- :func:`holm`: the multiplicity adjustment of a family of tests.
+- :func:`tau_ci`: Kendall τ with a seed-resampling interval and its exact permutation p.
+
+numpy, plus scipy's distributions (imported lazily: validate and cost never load it).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 from .pareto import pareto_front
 
-__all__ = ["Z", "beyond_noise", "kendall_tau", "mean_se", "p_front", "permutation_floor",
-           "permutation_test", "pooled_variance", "tied_neighbours"]
+__all__ = ["TIE_ALPHA", "Z", "PairTest", "PermutationResult", "SeedEffect", "TauCI", "beyond_noise",
+           "compare", "holm", "kendall_tau", "mean_se", "p_front", "p_text", "paired_seeds",
+           "permutation_floor", "permutation_test", "pooled_variance", "seed_effect", "tau_ci",
+           "tied_neighbours"]
 
-Z = 2.0  # "beyond seed noise": |difference| > Z · combined standard error
+Z = 2.0  # early stopping's margin: beaten by more than Z combined standard errors
+TIE_ALPHA = 0.05  # a pair differs beyond seed noise when its two-sided test gives p < TIE_ALPHA
+EXACT_LIMIT = 1_000_000  # relabellings enumerated exactly; above, Monte Carlo
+MC_DRAWS = (20_000, 400_000)  # Monte Carlo: first batch, most draws
+MC_LEVEL = 0.99  # the Monte Carlo interval whose upper end decides
 
 
 def mean_se(values: Sequence[float]) -> tuple[float, float]:
@@ -45,97 +70,420 @@ def pooled_variance(groups: Sequence[Sequence[float]]) -> float:
 
 def beyond_noise(a: float, se_a: float, b: float, se_b: float, z: float = Z) -> bool | None:
     """Whether ``a`` and ``b`` differ by more than ``z`` combined standard errors; None when
-    a standard error is unknown (one replicate)."""
+    a standard error is unknown (one replicate). Early stopping's rule (a margin, not a test)."""
     if not (math.isfinite(se_a) and math.isfinite(se_b)):
         return None
     return abs(a - b) > z * math.hypot(se_a, se_b)
 
 
+# ---- two candidates ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairTest:
+    """Candidate a against candidate b: ``diff`` = mean a − mean b, ``se`` its standard error
+    (of the per-seed differences when ``paired``), ``p`` two-sided, ``n`` seeds (paired) or
+    the smaller replicate count, ``test`` in words. ``p`` is NaN when noise is unknown."""
+
+    diff: float
+    se: float
+    p: float
+    n: int
+    paired: bool
+    test: str
+
+    def separated(self, alpha: float = TIE_ALPHA) -> bool | None:
+        """Whether the pair differs beyond seed noise (None: noise unknown)."""
+        return None if not math.isfinite(self.p) else self.p < alpha
+
+
+def paired_seeds(*seed_lists: Sequence[int] | None) -> list[int] | None:
+    """The seeds every list holds exactly once when all lists hold the same ≥ 2 seeds, else
+    None (pairing is not possible: unequal or failed replicates, or seeds not known)."""
+    if not seed_lists or any(s is None for s in seed_lists):
+        return None
+    first = list(seed_lists[0])
+    if len(first) < 2 or len(set(first)) != len(first):
+        return None
+    if any(len(s) != len(first) or set(s) != set(first) for s in seed_lists[1:]):
+        return None
+    return sorted(first)
+
+
+def _by_seed(values: Sequence[float], seeds: Sequence[int], order: list[int]) -> np.ndarray:
+    at = dict(zip(seeds, values))
+    return np.array([at[s] for s in order], dtype=float)
+
+
+def compare(a: Sequence[float], b: Sequence[float], seeds_a: Sequence[int] | None = None,
+            seeds_b: Sequence[int] | None = None) -> PairTest:
+    """Two candidates' replicates: a paired t-test over their shared seeds (``scipy.stats.
+    ttest_rel``'s statistic) when both seed lists are given and hold the same seeds, else
+    Welch's unequal-variance t-test (``ttest_ind(equal_var=False)``).
+
+    A zero spread with a non-zero difference is p = 0 (every seed agrees exactly); with no
+    difference either, p = 1."""
+    from scipy import stats
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    order = paired_seeds(seeds_a, seeds_b)
+    if order is not None:
+        d = _by_seed(a, seeds_a, order) - _by_seed(b, seeds_b, order)
+        n = d.size
+        se = float(d.std(ddof=1) / math.sqrt(n))
+        diff = float(d.mean())
+        p = _t_p(diff, se, n - 1, stats)
+        return PairTest(diff, se, p, n, True, f"paired t-test over {n} shared seeds")
+    diff = float(a.mean() - b.mean()) if a.size and b.size else math.nan
+    if a.size < 2 or b.size < 2:
+        return PairTest(diff, math.nan, math.nan, min(a.size, b.size), False, "noise unknown (one replicate)")
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    se = math.sqrt(va + vb)
+    dof = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1)) if va + vb > 0 else 1.0
+    why = "seeds not shared" if seeds_a is not None and seeds_b is not None else "seeds not known"
+    return PairTest(diff, se, _t_p(diff, se, dof, stats), min(a.size, b.size), False,
+                    f"Welch t-test ({why}: replicates treated as independent)")
+
+
+def _t_p(diff: float, se: float, dof: float, stats) -> float:
+    if not math.isfinite(se):
+        return math.nan
+    if se == 0:
+        return 1.0 if diff == 0 else 0.0
+    return float(2 * stats.t.sf(abs(diff / se), dof))
+
+
+def tied_neighbours(tests: Sequence[PairTest], alpha: float = TIE_ALPHA) -> list[bool | None]:
+    """For each adjacent pair of front members (in cost order), its :func:`compare`: True
+    when the two are within seed noise (p ≥ ``alpha``), None when noise is unknown."""
+    out = []
+    for t in tests:
+        sep = t.separated(alpha)
+        out.append(None if sep is None else not sep)
+    return out
+
+
+# ---- the probability of being on the front ---------------------------------------------
+
+
 def p_front(replicates: Sequence[np.ndarray], directions: Sequence[str], draws: int = 1000,
-            seed: int = 0) -> np.ndarray:
+            seed: int = 0, seeds: Sequence[Sequence[int] | None] | None = None) -> np.ndarray:
     """Each candidate's probability of being on the Pareto front of replicate means.
 
     ``replicates[i]`` is an ``(n_i, M)`` array: candidate i's objective values, one row per
-    replicate (cost objectives repeat the same value). Estimated by the nonparametric
-    bootstrap: each draw resamples every candidate's replicates with replacement, takes
-    their means and computes the front; ``p_front`` is the share of draws in which the
-    candidate is on it. A candidate with one replicate is fixed at its value in every draw,
-    so with one replicate everywhere the answer is 0 or 1 (noise unknown).
+    replicate (cost objectives repeat the same value); ``seeds[i]`` the seed of each row.
+    Each bootstrap draw resamples replicates with replacement, takes their means and
+    computes the front; ``p_front`` is the share of draws in which the candidate is on it.
+    *Paired* when every candidate with two or more replicates holds the same seeds: a draw
+    picks seed indices once and every candidate uses them, so a seed's shared luck moves
+    all candidates together, as it did in training. Otherwise each candidate resamples its
+    own (unpaired). A candidate with one replicate is fixed at its value in every draw, so
+    with one replicate everywhere the answer is 0 or 1 (noise unknown).
     """
     reps = [np.atleast_2d(np.asarray(r, dtype=float)) for r in replicates]
     if not reps:
         return np.zeros(0)
     rng = np.random.default_rng(seed)
+    multi = [i for i, r in enumerate(reps) if len(r) > 1]
+    order = paired_seeds(*[seeds[i] for i in multi]) if seeds is not None and multi else None
+    if order is not None:
+        for i in multi:
+            at = {s: j for j, s in enumerate(seeds[i])}
+            reps[i] = reps[i][[at[s] for s in order]]
     hits = np.zeros(len(reps))
     for _ in range(draws):
-        means = np.stack([r[rng.integers(0, len(r), len(r))].mean(axis=0) for r in reps])
+        shared = rng.integers(0, len(order), len(order)) if order is not None else None
+        means = np.stack([r.mean(axis=0) if len(r) == 1 else
+                          r[shared if shared is not None else rng.integers(0, len(r), len(r))].mean(axis=0)
+                          for r in reps])
         hits[pareto_front(means, directions)] += 1
     return hits / draws
 
 
-def tied_neighbours(quality: Sequence[float], se: Sequence[float], z: float = Z) -> list[bool | None]:
-    """For front members in cost order: whether each pair of neighbours (i, i+1) differs in
-    quality by no more than ``z`` combined standard errors (True: tied within noise; None:
-    noise unknown). One entry per adjacent pair."""
+# ---- one factor in blocks: the permutation test -----------------------------------------
+
+
+@dataclass(frozen=True)
+class PermutationResult:
+    """A permutation test of "the level makes no difference".
+
+    ``p``: exact, or the Monte Carlo estimate ``(1 + hits) / (1 + draws)``, never below
+    ``floor``; ``p_upper``: the upper end of the Monte Carlo interval (``p`` when exact),
+    on which decisions rest; ``floor``: the smallest p this design can give; ``paired``:
+    shuffled within (context, seed) blocks; ``relabellings``: how many were counted (every
+    distinct one when ``exact``, else the draws)."""
+
+    p: float
+    p_upper: float
+    floor: float
+    exact: bool
+    paired: bool
+    relabellings: int
+    statistic: float
+    unpaired_why: str = ""  # why replicates were treated as independent
+
+    @property
+    def at_floor(self) -> bool:
+        return self.p <= self.floor * (1 + 1e-9)
+
+    @property
+    def test(self) -> str:
+        how = "exact permutation test" if self.exact else \
+            f"Monte Carlo permutation test ({self.relabellings} draws)"
+        return f"{how}, " + ("paired by seed" if self.paired else f"unpaired ({self.unpaired_why})")
+
+
+def _nan_result() -> PermutationResult:
+    return PermutationResult(math.nan, math.nan, 1.0, True, False, 0, math.nan, "nothing to compare")
+
+
+def p_text(p: float, floor: float | None = None, exact: bool = True, p_upper: float | None = None) -> str:
+    """``p = 0.0018``, ``p ≤ 0.00077 (the design's floor)`` or ``p ≈ 0.003 (Monte Carlo,
+    99% ≤ 0.0036)``: a p-value as it may be printed (never below what the design can give)."""
+    if p is None or not math.isfinite(p):
+        return "p = —"
+    if floor is not None and p <= floor * (1 + 1e-9):
+        return f"p ≤ {floor:.2g} (the design's floor)"
+    if not exact and p_upper is not None:
+        return f"p ≈ {p:.2g} (Monte Carlo, {MC_LEVEL:.0%} ≤ {p_upper:.2g})"
+    return f"p = {p:.3g}"
+
+
+def _ss(sums: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Between-level sum of squares from level sums (..., L) and sizes (L,)."""
+    n = sizes.sum()
+    return (sums ** 2 / sizes).sum(-1) - sums.sum(-1) ** 2 / n
+
+
+def _paired_blocks(cells, seeds) -> list[np.ndarray] | None:
+    """Per context an (S, L) array ordered by seed, or None when any context is not a
+    complete block of shared seeds."""
+    if seeds is None:
+        return None
     out = []
-    for i in range(len(quality) - 1):
-        sep = beyond_noise(quality[i], se[i], quality[i + 1], se[i + 1], z)
-        out.append(None if sep is None else not sep)
+    for ctx_vals, ctx_seeds in zip(cells, seeds):
+        order = paired_seeds(*ctx_seeds)
+        if order is None:
+            return None
+        out.append(np.stack([_by_seed(v, s, order) for v, s in zip(ctx_vals, ctx_seeds)], axis=1))
     return out
 
 
-def permutation_test(cells: Sequence[Sequence[Sequence[float]]], permutations: int = 4000,
-                     seed: int = 0) -> float:
-    """p-value of "the level makes no difference" for a blocked one-factor design.
-
-    ``cells[c][l]`` holds the replicate values of level l in context (block) c. The
-    statistic is the between-level sum of squares of cell means within each context,
-    summed over contexts; under the null hypothesis the values of one context are
-    exchangeable across its levels, so each permutation shuffles them within the context
-    (keeping every cell's size). Returns ``(1 + #{stat ≥ observed}) / (1 + permutations)``
-    (Monte Carlo with the observed assignment counted, so never 0).
-    """
-    blocks = [[np.asarray(v, dtype=float) for v in ctx] for ctx in cells]
-    blocks = [b for b in blocks if len(b) >= 2 and all(v.size for v in b)]
-    if not blocks:
-        return float("nan")
-
-    def stat(bs) -> float:
-        total = 0.0
-        for b in bs:
-            means = np.array([v.mean() for v in b])
-            sizes = np.array([v.size for v in b])
-            grand = (means * sizes).sum() / sizes.sum()
-            total += float((sizes * (means - grand) ** 2).sum())
-        return total
-
-    observed = stat(blocks)
-    rng = np.random.default_rng(seed)
-    flat = [(np.concatenate(b), np.cumsum([v.size for v in b])[:-1]) for b in blocks]
-    hits = 0
-    for _ in range(permutations):
-        shuffled = [np.split(rng.permutation(values), cuts) for values, cuts in flat]
-        hits += stat(shuffled) >= observed - 1e-12 * max(1.0, abs(observed))
-    return (1 + hits) / (1 + permutations)
+def _multinomial(sizes: Sequence[int]) -> int:
+    out = math.factorial(sum(sizes))
+    for n in sizes:
+        out //= math.factorial(n)
+    return out
 
 
-def permutation_floor(sizes: Sequence[Sequence[int]]) -> float:
-    """The smallest p-value :func:`permutation_test` can give for a design whose context c has
-    cells of ``sizes[c]`` replicates: the share of within-context relabellings that reach the
-    largest statistic, i.e. the observed split itself and its copies with equal-sized cells'
-    labels swapped (Σ (n_l (mean_l − mean)²) does not see labels). Three seeds of two levels:
-    2 / C(6, 3) = 0.1, so no effect, however large, reaches p < 0.01 there."""
-    floor = 1.0
+def _swaps(sizes: Sequence[int]) -> int:
+    """Relabellings of equal-sized levels: the statistic does not see level names."""
+    return math.prod(math.factorial(list(sizes).count(n)) for n in set(sizes))
+
+
+def permutation_floor(sizes: Sequence[Sequence[int]], paired: bool = False) -> float:
+    """The smallest p-value :func:`permutation_test` can give for a design whose context c
+    has cells of ``sizes[c]`` replicates: the share of relabellings that reach the largest
+    statistic, i.e. the observed split itself and its copies with equal-sized levels' labels
+    swapped. Unpaired, a context of L cells has multinomial(N; n_1..n_L) relabellings; paired
+    (every cell the same S seeds) it has (L!)^S, of which L! relabel the levels everywhere.
+    Two levels × 3 seeds: 2 / C(6, 3) = 0.1 unpaired, 2 / 2³ = 0.25 paired; contexts multiply."""
+    floor = Fraction(1)  # exact: a p at the floor must not pass a threshold by rounding
     for cells in sizes:
         cells = [n for n in cells if n]
         if len(cells) < 2:
             continue
-        orderings = math.factorial(sum(cells))
-        for n in cells:
-            orderings //= math.factorial(n)
-        swaps = math.prod(math.factorial(cells.count(n)) for n in set(cells))
-        floor *= swaps / orderings
-    return floor
+        if paired:
+            floor *= Fraction(math.factorial(len(cells)), math.factorial(len(cells)) ** cells[0])
+        else:
+            floor *= Fraction(_swaps(cells), _multinomial(cells))
+    return float(floor)
+
+
+def _unpaired_stats(values: list[np.ndarray]) -> np.ndarray:
+    """Every distinct assignment of one context's values to its cells: the statistic of each."""
+    flat = np.concatenate(values)
+    sizes = np.array([v.size for v in values])
+    idx = np.arange(flat.size)
+    # choose each level's members from the indices left by the levels before it
+    sums, remaining = np.zeros((1, 0)), idx[None, :]
+    for n in sizes[:-1]:
+        combos = np.array(list(itertools.combinations(range(remaining.shape[1]), int(n))), dtype=int)
+        rest = np.array([[j for j in range(remaining.shape[1]) if j not in set(c)] for c in combos], dtype=int)
+        chosen = remaining[:, combos]  # (rows, C, n)
+        level = flat[chosen].sum(-1)  # (rows, C)
+        sums = np.concatenate([np.repeat(sums, len(combos), axis=0), level.reshape(-1, 1)], axis=1)
+        remaining = remaining[:, rest].reshape(-1, rest.shape[1])
+    sums = np.concatenate([sums, flat[remaining].sum(-1, keepdims=True)], axis=1)
+    return _ss(sums, sizes.astype(float))
+
+
+def _paired_stats(block: np.ndarray) -> np.ndarray:
+    """Every relabelling of one context's (S, L) block, levels shuffled within each seed."""
+    S, L = block.shape
+    perms = np.array(list(itertools.permutations(range(L))))
+    sums = np.zeros((1, L))
+    for s in range(S):
+        sums = (sums[:, None, :] + block[s][perms][None, :, :]).reshape(-1, L)
+    return _ss(sums, np.full(L, float(S)))
+
+
+def _sum_distribution(per_context: list[np.ndarray]) -> np.ndarray:
+    total = np.zeros(1)
+    for st in per_context:
+        total = (total[:, None] + st[None, :]).ravel()
+    return total
+
+
+def _mc_stats(blocks, paired: bool, rng, draws: int) -> np.ndarray:
+    total = np.zeros(draws)
+    for b in blocks:
+        if paired:
+            S, L = b.shape
+            order = rng.random((draws, S, L)).argsort(-1)
+            sums = np.take_along_axis(np.broadcast_to(b, (draws, S, L)), order, -1).sum(1)
+            total += _ss(sums, np.full(L, float(S)))
+        else:
+            flat = np.concatenate(b)
+            sizes = np.array([v.size for v in b], dtype=float)
+            shuffled = flat[rng.random((draws, flat.size)).argsort(-1)]
+            cuts = np.cumsum(sizes).astype(int)[:-1]
+            sums = np.stack([s.sum(-1) for s in np.split(shuffled, cuts, axis=1)], axis=-1)
+            total += _ss(sums, sizes)
+    return total
+
+
+def permutation_test(cells: Sequence[Sequence[Sequence[float]]],
+                     seeds: Sequence[Sequence[Sequence[int]]] | None = None, alpha: float = 0.01,
+                     seed: int = 0, exact_limit: int = EXACT_LIMIT,
+                     thresholds: Sequence[float] = ()) -> PermutationResult:
+    """A permutation test of "the level makes no difference" in a blocked one-factor design.
+
+    ``cells[c][l]`` holds the replicate values of level l in context c, ``seeds[c][l]``
+    their seeds. The statistic is the between-level sum of squares of cell means within
+    each context, summed over contexts. Under the null hypothesis the values of one block
+    are exchangeable across its levels; a block is a (context, seed) pair when every level
+    of every context holds the same seeds (*paired*: the seed's shared luck cancels, which
+    with complete blocks makes the statistic equivalent to the randomised-block F), else a
+    context (unpaired). Paired is used when it can reach ``alpha`` (its floor is below it);
+    with few seeds a paired design has fewer relabellings (2 levels × 5 seeds: 2⁵) than an
+    unpaired one (C(10, 5)), so where only the unpaired test can reach ``alpha`` that one is
+    used (it stays valid, conservatively, under a seed effect), and where neither can, the one
+    with the smaller floor. The choice depends on the design alone, never on the values.
+
+    Exact when the distinct relabellings number at most ``exact_limit``; otherwise Monte
+    Carlo in batches until the ``MC_LEVEL`` Clopper–Pearson interval of p holds neither
+    ``alpha`` nor any of ``thresholds`` (a multiplicity adjustment's, say), or the most draws
+    are spent; ``p_upper`` is that interval's upper end, on which a decision should rest.
+    """
+    blocks = [[np.asarray(v, dtype=float) for v in ctx] for ctx in cells]
+    keep = [i for i, b in enumerate(blocks) if len(b) >= 2 and all(v.size for v in b)]
+    if not keep:
+        return _nan_result()
+    blocks = [blocks[i] for i in keep]
+    seed_blocks = [seeds[i] for i in keep] if seeds is not None else None
+    sizes = [[v.size for v in b] for b in blocks]
+    paired_blocks = _paired_blocks(blocks, seed_blocks)
+    paired = paired_blocks is not None and permutation_floor(sizes, paired=True) < alpha
+    why = "seeds not shared by every level" if paired_blocks is None else \
+        f"a paired test of {min(min(s) for s in sizes)} seeds cannot go below p = " \
+        f"{permutation_floor(sizes, paired=True):.2g}"
+    if paired_blocks is not None and not paired and permutation_floor(sizes) >= alpha:
+        # neither reaches alpha: the one that can say more (the smaller floor)
+        paired = permutation_floor(sizes, paired=True) <= permutation_floor(sizes)
+    floor = permutation_floor(sizes, paired=paired)
+    use = paired_blocks if paired else blocks
+    observed = float(_mc_stats_observed(use, paired))
+    tol = 1e-9 * max(1.0, abs(observed))
+    count = math.prod(math.factorial(b.shape[1]) ** b.shape[0] for b in use) if paired else \
+        math.prod(_multinomial(s) for s in sizes)
+    if count <= exact_limit:
+        dist = _sum_distribution([_paired_stats(b) if paired else _unpaired_stats(b) for b in use])
+        p = float((dist >= observed - tol).mean())
+        return PermutationResult(max(p, floor), max(p, floor), floor, True, paired, count, observed, why)
+    from scipy import stats
+
+    rng = np.random.default_rng(seed)
+    hits = draws = 0
+    first, most = MC_DRAWS
+    batch = first
+    while True:
+        st = _mc_stats(use, paired, rng, batch)
+        hits += int((st >= observed - tol).sum())
+        draws += batch
+        lo = float(stats.beta.ppf((1 - MC_LEVEL) / 2, hits, draws - hits + 1)) if hits else 0.0
+        hi = float(stats.beta.ppf(1 - (1 - MC_LEVEL) / 2, hits + 1, draws - hits))
+        if draws >= most or not any(lo <= t <= hi for t in (alpha, *thresholds)):
+            break
+        batch = min(draws, most - draws)
+    p = max((1 + hits) / (1 + draws), floor)
+    return PermutationResult(p, max(hi, p), floor, False, paired, draws, observed, why)
+
+
+def _mc_stats_observed(blocks, paired: bool) -> float:
+    total = 0.0
+    for b in blocks:
+        if paired:
+            total += float(_ss(b.sum(0), np.full(b.shape[1], float(b.shape[0]))))
+        else:
+            total += float(_ss(np.array([v.sum() for v in b]), np.array([v.size for v in b], dtype=float)))
+    return total
+
+
+# ---- the seed effect --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeedEffect:
+    """A two-way (candidate × seed) analysis of complete replicates: ``share`` is the seed
+    effect's share of the seed-to-seed variance (its variance component over the total of
+    seed and residual components), ``p`` the F test of "seeds make no common difference"."""
+
+    share: float
+    p: float
+    candidates: int
+    seeds: int
+    resid_var: float  # the seed-to-seed variance left after the seed effect: a paired difference's
+    total_var: float  # the within-candidate variance ignoring seeds (what an unpaired test sees)
+
+
+def seed_effect(values: Sequence[Sequence[float]], seeds: Sequence[Sequence[int]]) -> SeedEffect | None:
+    """The seed effect across candidates that share seeds (rows: candidates), or None when
+    fewer than two candidates hold the same ≥ 2 seeds."""
+    from scipy import stats
+
+    order = paired_seeds(*seeds) if len(values) >= 2 else None
+    if order is None:
+        return None
+    y = np.stack([_by_seed(v, s, order) for v, s in zip(values, seeds)])  # (K, S)
+    K, S = y.shape
+    resid = y - y.mean(1, keepdims=True) - y.mean(0, keepdims=True) + y.mean()
+    ms_seed = K * ((y.mean(0) - y.mean()) ** 2).sum() / (S - 1)
+    ms_resid = (resid ** 2).sum() / ((K - 1) * (S - 1))
+    total = float(((y - y.mean(1, keepdims=True)) ** 2).sum() / (K * (S - 1)))
+    if ms_resid == 0:
+        return SeedEffect(1.0 if ms_seed > 0 else 0.0, 0.0 if ms_seed > 0 else 1.0, K, S, 0.0, total)
+    p = float(stats.f.sf(ms_seed / ms_resid, S - 1, (K - 1) * (S - 1)))
+    component = max(0.0, float(ms_seed - ms_resid) / K)
+    return SeedEffect(component / (component + float(ms_resid)), p, K, S, float(ms_resid), total)
+
+
+# ---- multiplicity -----------------------------------------------------------------------
+
+
+def holm(ps: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (NaN stays NaN and is not counted): the family-wise
+    error rate of deciding "adjusted p < α" is at most α over the whole family."""
+    finite = [(p, i) for i, p in enumerate(ps) if p is not None and math.isfinite(p)]
+    out = [math.nan] * len(ps)
+    m, running = len(finite), 0.0
+    for rank, (p, i) in enumerate(sorted(finite)):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+# ---- rank agreement ---------------------------------------------------------------------
 
 
 def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
@@ -145,3 +493,47 @@ def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
     dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
     denom = math.sqrt(np.count_nonzero(dx) * np.count_nonzero(dy))
     return float((dx * dy).sum() / denom) if denom else float("nan")
+
+
+@dataclass(frozen=True)
+class TauCI:
+    """Kendall τ of two rankings of the same candidates, its ``level`` interval from
+    resampling seeds, and the one-sided permutation p of τ > 0 (exact for n ≤ 8)."""
+
+    tau: float
+    lo: float
+    hi: float
+    p: float
+    n: int
+
+
+def tau_ci(a: np.ndarray, b: np.ndarray, draws: int = 2000, seed: int = 0, level: float = 0.95) -> TauCI:
+    """τ between the replicate means of ``a`` and ``b`` (candidates × replicates: a column is
+    a seed; a one-column side is fixed). Each draw resamples each side's seed columns with
+    replacement, jointly across candidates (the paired bootstrap), and recomputes τ."""
+    a, b = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
+    n = a.shape[0]
+    tau = kendall_tau(a.mean(1), b.mean(1))
+    if n < 2 or not math.isfinite(tau):
+        return TauCI(tau, math.nan, math.nan, math.nan, n)
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(draws):
+        ma = a[:, rng.integers(0, a.shape[1], a.shape[1])].mean(1) if a.shape[1] > 1 else a[:, 0]
+        mb = b[:, rng.integers(0, b.shape[1], b.shape[1])].mean(1) if b.shape[1] > 1 else b[:, 0]
+        t = kendall_tau(ma, mb)
+        if math.isfinite(t):
+            boots.append(t)
+    lo, hi = (np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2]) if boots else (math.nan, math.nan))
+    return TauCI(tau, float(lo), float(hi), _tau_p(a.mean(1), b.mean(1), tau, rng), n)
+
+
+def _tau_p(x: np.ndarray, y: np.ndarray, tau: float, rng) -> float:
+    """One-sided p of τ ≥ observed when y's order is unrelated to x's: every permutation for
+    n ≤ 8, else 20,000 random ones (the observed counted)."""
+    n = len(x)
+    if n <= 8:
+        taus = np.array([kendall_tau(x, y[list(p)]) for p in itertools.permutations(range(n))])
+        return float((taus >= tau - 1e-12).mean())
+    hits = sum(kendall_tau(x, y[rng.permutation(n)]) >= tau - 1e-12 for _ in range(20_000))
+    return (1 + hits) / 20_001

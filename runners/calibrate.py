@@ -12,12 +12,16 @@ that differ only in it differ beyond seed noise.
 - **Analysis per parameter p**: a *context* is a setting of the other parameters except
   those conditional on p (so "loop boundary" compares none/block/mixer within each mixer,
   averaging the loop counts that only exist for some boundaries). Within each context every
-  level of p is a cell of replicate values. ``effect``: the spread (max − min) of the level
-  effects (cell mean − context mean, averaged over contexts); ``se``: the standard error
-  of a difference of two level means under seed noise alone (the within-candidate variance
-  pooled over all candidates); ``p_value``: a permutation test of "p makes no difference"
-  (values shuffled across levels within each context, ``nas.noise.permutation_test``);
-  ``separates``: p < 0.01 and effect > 3 s.e. The same per context is in ``contexts``.
+  level of p is a cell of replicate values, each with its seed. ``effect``: the spread (max −
+  min) of the level effects (cell mean − context mean, averaged over contexts); ``se``: the
+  standard error of a difference of two level means under seed noise alone (the
+  within-candidate variance pooled over all candidates, or, when the test is paired, what is
+  left of it after the seed effect); ``p_value``: ``nas.noise.permutation_test``, paired by
+  seed when every candidate holds the same seeds (levels shuffled within each (context,
+  seed) block), exact where the relabellings can be counted, never below the design's
+  floor; ``p_adjusted``: Holm's adjustment over every test this calibration makes (each
+  axis and each context, at every budget and loop count: the *family*); ``separates``:
+  adjusted p < 0.01 and effect > 3 s.e. The same per context is in ``contexts``.
 - **Rank agreement across budgets**: Kendall τ of the candidates' mean quality at the
   first budget against each other budget.
 """
@@ -31,41 +35,64 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from nas.noise import kendall_tau, permutation_floor, permutation_test, pooled_variance
+from nas.noise import (
+    PermutationResult, holm, kendall_tau, p_text, permutation_floor, permutation_test, pooled_variance, seed_effect,
+)
 from nas.space import Space, _label
 
 CALIBRATION = "calibration"
 ALPHA, MIN_SE = 0.01, 3.0
+FAMILY = "every axis and context tested, at every budget and loop count"
 
 
 class Cell(BaseModel):
     level: Any
     values: list[float]
+    seeds: list[int] = Field(default_factory=list, description="the seed of each value (same order)")
 
 
-class ContextResult(BaseModel):
+class Test(BaseModel):
+    """How a p-value was obtained (``nas.noise.PermutationResult``)."""
+
+    p_value: float | None = None
+    p_upper: float | None = Field(None, description="the upper end of the Monte Carlo interval (= p when exact)")
+    p_adjusted: float | None = Field(None, description="Holm-adjusted over the calibration's family of tests "
+                                     "(on p_upper)")
+    p_floor: float | None = Field(None, description="the smallest p the permutation test can give with this "
+                                  "design's replicates (nas.noise.permutation_floor)")
+    exact: bool = True
+    paired: bool = False
+    test: str = ""
+
+
+class ContextResult(Test):
     context: dict[str, Any]
     effect: float
     se: float
-    p_value: float
     separates: bool
     cells: list[Cell]
 
 
-class AxisResult(BaseModel):
+class AxisResult(Test):
     param: str
     levels: list[Any]
     level_effects: dict[str, float] = Field(default_factory=dict)
     effect: float | None = None
     se: float | None = None
-    p_value: float | None = None
     separates: bool = False
-    p_floor: float | None = Field(None, description="the smallest p the permutation test can give "
-                                  "with this design's replicates (nas.noise.permutation_floor)")
-    seeds_to_test: int | None = Field(None, description="replicates per cell that let the test go "
-                                      "below ALPHA, where p_floor does not")
+    seeds_to_test: int | None = Field(None, description="replicates per cell that let the test go below "
+                                      "ALPHA after Holm's adjustment, where p_floor does not")
+    interaction_p: float | None = Field(None, description="F test of level × context interaction "
+                                        "(normal seed noise assumed); None with one context")
     contexts: list[ContextResult] = Field(default_factory=list)
     verdict: str = ""
+
+
+class SeedShare(BaseModel):
+    share: float = Field(description="the seed effect's share of the seed-to-seed variance")
+    p: float = Field(description="F test of a common seed effect across candidates")
+    candidates: int
+    seeds: int
 
 
 class BudgetResult(BaseModel):
@@ -74,6 +101,8 @@ class BudgetResult(BaseModel):
     dir: str
     axes: list[AxisResult]
     noise_sd: float | None = Field(None, description="seed-to-seed standard deviation, pooled")
+    seed_effect: SeedShare | None = Field(None, description="two-way candidate × seed analysis (None: seeds "
+                                          "not shared)")
     per_k: dict[str, list[AxisResult]] = Field(default_factory=dict, description="elastic trials: "
                                                "the same analysis at each loop count k they were evaluated at "
                                                "(``axes`` is each replicate's last point)")
@@ -89,6 +118,9 @@ class Calibration(BaseModel):
     axes: list[AxisResult]
     budgets: list[BudgetResult]
     rank_agreement: list[dict[str, Any]] = Field(default_factory=list)
+    alpha: float = ALPHA
+    looks: int = Field(0, description="how many tests the Holm family holds")
+    family: str = FAMILY
 
 
 def design(space: Space, max_points: int = 48) -> tuple[str, list[dict[str, Any]]]:
@@ -124,19 +156,21 @@ def _dependents(space: Space, name: str) -> set[str]:
     return out
 
 
-def _candidates(records: list, metric: str, k: int | None = None) -> list[tuple[dict, str, list[float]]]:
-    """(params, spec hash, replicate qualities) per complete trial record: each replicate's
-    last point, or with ``k`` its point at that loop count (an elastic trial's curve)."""
+def _candidates(records: list, metric: str, k: int | None = None) -> list[tuple[dict, str, list[float], list[int]]]:
+    """(params, spec hash, replicate qualities, their seeds) per complete trial record: each
+    replicate's last point, or with ``k`` its point at that loop count (an elastic curve)."""
     out = []
     for r in records:
         if r.status != "complete":
             continue
-        if k is None:
-            values = [rep.points[-1].values[metric] for rep in r.replicates if rep.points]
-        else:
-            values = [p.values[metric] for rep in r.replicates for p in rep.points if p.k == k]
+        values, seeds = [], []
+        for rep in r.replicates:
+            points = rep.points if k is None else [p for p in rep.points if p.k == k]
+            for p in points[-1:]:
+                values.append(p.values[metric])
+                seeds.append(rep.seed)
         if values:
-            out.append((r.params, r.spec_hash, values))
+            out.append((r.params, r.spec_hash, values, seeds))
     return out
 
 
@@ -146,96 +180,212 @@ def _loop_counts(records: list) -> list[int]:
                    for rep in r.replicates for p in rep.points if p.k is not None})
 
 
-def _axes(space: Space, cands: list, seeds: int) -> tuple[list[AxisResult], float]:
-    variance = pooled_variance([v for _, _, v in cands])
-    axes = [analyse_axis(space, name, cands, variance) for name in space.spec.params]
-    for a in axes:
-        a.verdict = verdict(a, seeds)
-    return axes, variance
+def _noise(cands: list) -> tuple[float, float, SeedShare | None]:
+    """(pooled within-candidate variance, the same after the seed effect, the seed effect)."""
+    variance = pooled_variance([c[2] for c in cands])
+    full = [c for c in cands if len(c[3]) >= 2]
+    effect = seed_effect([c[2] for c in full], [c[3] for c in full]) if len(full) >= 2 else None
+    if effect is None:
+        return variance, variance, None
+    share = SeedShare(share=effect.share, p=effect.p, candidates=effect.candidates, seeds=effect.seeds)
+    return variance, effect.resid_var, share
 
 
-def analyse_axis(space: Space, name: str, cands: list[tuple[dict, str, list[float]]],
-                 variance: float) -> AxisResult:
-    """One parameter's effect, noise and test over the trained candidates (see module doc)."""
+def _axes(space: Space, cands: list) -> tuple[list[AxisResult], float, SeedShare | None]:
+    variance, resid, share = _noise(cands)
+    return [analyse_axis(space, name, cands, variance, resid) for name in space.spec.params], variance, share
+
+
+def analyse_axis(space: Space, name: str, cands: list[tuple[dict, str, list[float], list[int]]],
+                 variance: float, resid_variance: float | None = None) -> AxisResult:
+    """One parameter's effect, noise and test over the trained candidates (see module doc).
+    ``separates`` and the verdict wait for the family's adjustment (:func:`decide`)."""
     levels = [c for c in (space.spec.params[name].choices or ())] or sorted(
         {c[0][name] for c in cands if name in c[0]})
     axis = AxisResult(param=name, levels=list(levels))
     fixed = {p for p, spec in space.spec.params.items() if spec.choices is not None and len(spec.choices) == 1}
     skip = _dependents(space, name) | {name} | fixed  # a one-choice parameter names no context
-    contexts: dict[str, dict[str, list[float]]] = {}
+    contexts: dict[str, dict[str, Cell]] = {}
     shown: dict[str, dict] = {}
-    for params, _, values in cands:
+    for params, _, values, seeds in cands:
         if name not in params:
             continue
         ctx = {k: v for k, v in params.items() if k not in skip}
         key = _key(ctx)
         shown[key] = ctx
-        contexts.setdefault(key, {}).setdefault(_key(params[name]), []).extend(values)
-    usable = {k: cells for k, cells in contexts.items() if len(cells) >= 2}
+        cell = contexts.setdefault(key, {}).setdefault(_key(params[name]), Cell(level=params[name], values=[]))
+        cell.values.extend(values)
+        cell.seeds.extend(seeds)
+    usable = {k: list(cells.values()) for k, cells in contexts.items() if len(cells) >= 2}
     if len({_key(v) for v in levels}) < 2:
         axis.verdict = "one level: nothing to compare"
         return axis
     if not usable:
         axis.verdict = "no two trained candidates differ only in this parameter"
         return axis
+    resid = variance if resid_variance is None else resid_variance
     level_sum: dict[str, list[float]] = {}
     for key, cells in usable.items():
-        means = {lv: sum(v) / len(v) for lv, v in cells.items()}
+        means = {_key(c.level): sum(c.values) / len(c.values) for c in cells}
         centre = sum(means.values()) / len(means)
         for lv, m in means.items():
             level_sum.setdefault(lv, []).append(m - centre)
-        axis.contexts.append(_context(shown[key], cells, variance))
+        axis.contexts.append(_context(shown[key], cells, variance, resid))
     axis.level_effects = {lv: sum(v) / len(v) for lv, v in level_sum.items()}
-    per_level = min(sum(len(cells.get(lv, [])) for cells in usable.values()) for lv in axis.level_effects)
+    per_level = min(sum(len(c.values) for cells in usable.values() for c in cells if _key(c.level) == lv)
+                    for lv in axis.level_effects)
     axis.effect = max(axis.level_effects.values()) - min(axis.level_effects.values())
-    axis.se = math.sqrt(2 * variance / per_level) if math.isfinite(variance) else None
-    axis.p_value = permutation_test([list(c.values()) for c in usable.values()])
-    axis.separates = _separates(axis.effect, axis.se, axis.p_value)
-    axis.p_floor = permutation_floor([[len(v) for v in cells.values()] for cells in usable.values()])
-    if axis.p_floor >= ALPHA:
-        fewest = min(len(v) for cells in usable.values() for v in cells.values())
-        axis.seeds_to_test = next(n for n in range(fewest + 1, 64) if permutation_floor(
-            [[n] * len(cells) for cells in usable.values()]) < ALPHA)
+    result = _test(list(usable.values()))
+    axis.se = _se(variance, resid, result.paired, per_level)
+    _record(axis, result)
+    axis.interaction_p = _interaction(list(usable.values()), result.paired)
+    sizes = [[len(c.values) for c in cells] for cells in usable.values()]
+    axis.seeds_to_test = None if result.floor < ALPHA else _seeds_needed(sizes, result.paired, ALPHA)
     return axis
 
 
-def _context(ctx: dict, cells: dict[str, list[float]], variance: float) -> ContextResult:
-    means = [sum(v) / len(v) for v in cells.values()]
-    n = min(len(v) for v in cells.values())
-    se = math.sqrt(2 * variance / n) if math.isfinite(variance) else math.nan
-    p = permutation_test([list(cells.values())])
-    effect = max(means) - min(means)
-    return ContextResult(context=ctx, effect=effect, se=se, p_value=p, separates=_separates(effect, se, p),
-                         cells=[Cell(level=json.loads(lv), values=v) for lv, v in cells.items()])
+def _se(variance: float, resid: float, paired: bool, n: int) -> float | None:
+    """The standard error of a difference of two level means of ``n`` replicates each: the
+    seed variance (√2 for a difference), after the seed effect when the test is paired."""
+    v = resid if paired else variance
+    return math.sqrt(2 * v / n) if math.isfinite(v) else None
 
 
-def _separates(effect: float, se: float | None, p: float) -> bool:
-    return se is not None and math.isfinite(se) and effect > MIN_SE * se and p < ALPHA
+def _test(contexts: list[list[Cell]]) -> PermutationResult:
+    return permutation_test([[c.values for c in cells] for cells in contexts],
+                            [[c.seeds for c in cells] for cells in contexts], alpha=ALPHA,
+                            thresholds=[ALPHA / j for j in range(2, 33)])  # Holm's steps, for a stable decision
 
 
-def verdict(axis: AxisResult, seeds: int) -> str:
+def _record(target: Test, r: PermutationResult) -> None:
+    target.p_value, target.p_upper, target.p_floor = r.p, r.p_upper, r.floor
+    target.exact, target.paired, target.test = r.exact, r.paired, r.test
+
+
+def _seeds_needed(sizes: list[list[int]], paired: bool, alpha: float) -> int | None:
+    """Replicates per cell at which this design's permutation test can go below ``alpha``."""
+    fewest = min(n for cells in sizes for n in cells)
+    return next((n for n in range(fewest + 1, 64)
+                 if permutation_floor([[n] * len(cells) for cells in sizes], paired=paired) < alpha
+                 or permutation_floor([[n] * len(cells) for cells in sizes]) < alpha), None)
+
+
+def _interaction(contexts: list[list[Cell]], paired: bool) -> float | None:
+    """F test of level × context interaction (normal seed noise assumed): do the level
+    effects differ between contexts beyond seed noise? None unless ≥ 2 contexts hold the same
+    levels with equal replicate counts."""
+    from scipy import stats
+
+    import numpy as np
+
+    if len(contexts) < 2:
+        return None
+    levels = [_key(c.level) for c in contexts[0]]
+    n = len(contexts[0][0].values)
+    if any(sorted(_key(c.level) for c in cells) != sorted(levels) or any(len(c.values) != n for c in cells)
+           for cells in contexts) or n < 2:
+        return None
+    y = np.array([[sorted(cells, key=lambda c: levels.index(_key(c.level)))[i].values
+                   for i in range(len(levels))] for cells in contexts], dtype=float)  # (C, L, n)
+    C, L, _ = y.shape
+    cell = y.mean(2)
+    inter = cell - cell.mean(1, keepdims=True) - cell.mean(0, keepdims=True) + cell.mean()
+    ss_int, df_int = n * float((inter ** 2).sum()), (C - 1) * (L - 1)
+    if paired:  # residual of the block model within each context: seeds removed
+        r = y - cell[:, :, None] - y.mean(1, keepdims=True) + cell.mean(1)[:, None, None]
+        ss_res, df_res = float((r ** 2).sum()), C * (L - 1) * (n - 1)
+    else:
+        ss_res, df_res = float(((y - cell[:, :, None]) ** 2).sum()), C * L * (n - 1)
+    if df_res <= 0 or ss_res == 0:
+        return None
+    return float(stats.f.sf((ss_int / df_int) / (ss_res / df_res), df_int, df_res))
+
+
+def _context(ctx: dict, cells: list[Cell], variance: float, resid: float) -> ContextResult:
+    means = [sum(c.values) / len(c.values) for c in cells]
+    n = min(len(c.values) for c in cells)
+    result = _test([cells])
+    se = _se(variance, resid, result.paired, n)
+    out = ContextResult(context=ctx, effect=max(means) - min(means), se=se if se is not None else math.nan,
+                        separates=False, cells=cells)
+    _record(out, result)
+    return out
+
+
+def _separates(effect: float, se: float | None, p_adjusted: float | None) -> bool:
+    return (se is not None and math.isfinite(se) and effect > MIN_SE * se
+            and p_adjusted is not None and p_adjusted < ALPHA)
+
+
+def decide(budgets: list[BudgetResult]) -> int:
+    """Holm's adjustment over the family (every axis and context at every budget and loop
+    count), then each test's ``separates`` and each axis's verdict; returns the family's size.
+    A test repeated on the same values (an axis with one context; an elastic trial's last
+    point, which is its point at the largest k) is one test, counted once."""
+    family: dict[str, list[Test]] = {}
+    for b in budgets:
+        for axes in [b.axes, *b.per_k.values()]:
+            for a in axes:
+                if a.p_value is None:
+                    continue
+                family.setdefault(_data_key(a.contexts), []).append(a)
+                for c in a.contexts:
+                    family.setdefault(_data_key([c]), []).append(c)
+    groups = list(family.values())
+    for group, adj in zip(groups, holm([g[0].p_upper for g in groups])):
+        for t in group:
+            t.p_adjusted = adj
+    for b in budgets:
+        for axes in [b.axes, *b.per_k.values()]:
+            for a in axes:
+                for c in a.contexts:
+                    c.separates = _separates(c.effect, c.se, c.p_adjusted)
+                if a.effect is not None:
+                    a.separates = _separates(a.effect, a.se, a.p_adjusted)
+                    a.seeds_to_test = _holm_seeds(a, len(groups))
+                    a.verdict = verdict(a, len(groups))
+    return len(groups)
+
+
+def _data_key(contexts: list[ContextResult]) -> str:
+    return json.dumps([sorted((_key(c.level), c.values) for c in ctx.cells) for ctx in contexts])
+
+
+def _holm_seeds(axis: AxisResult, looks: int) -> int | None:
+    """Replicates per cell that let this axis's test go below ALPHA / looks (Holm's first
+    threshold), where its floor does not; None where it already can."""
+    if axis.p_floor is None or axis.p_floor < ALPHA / looks:
+        return None
+    sizes = [[len(c.values) for c in ctx.cells] for ctx in axis.contexts]
+    return _seeds_needed(sizes, axis.paired, ALPHA / looks)
+
+
+def verdict(axis: AxisResult, looks: int = 1) -> str:
+    """The axis's verdict in words, naming the test that gave it."""
     if axis.effect is None:
         return axis.verdict
+    size = f"effect {axis.effect:.3g}" + (f" = {axis.effect / axis.se:.1f} s.e." if axis.se else "")
+    p = p_text(axis.p_value, axis.p_floor, axis.exact, axis.p_upper)
+    test = f"Holm-adjusted p = {axis.p_adjusted:.3g} over {looks} test{'s' if looks != 1 else ''}; {axis.test}"
     if axis.separates:
-        return f"separates: effect {axis.effect:.3g} = {axis.effect / axis.se:.1f} s.e., p = {axis.p_value:.3g}"
-    if axis.seeds_to_test and axis.se and axis.effect > MIN_SE * axis.se:
-        return (f"beyond seed noise but not testable with these replicates: effect {axis.effect:.3g} = "
-                f"{axis.effect / axis.se:.1f} s.e., but a permutation test of this design cannot go "
-                f"below p = {axis.p_floor:.2g} (it gave {axis.p_value:.3g}); {axis.seeds_to_test} seeds "
-                f"per candidate would let it reach p < {ALPHA:g}")
-    if axis.se and axis.effect > MIN_SE * axis.se:
-        return (f"not separated: effect {axis.effect:.3g} = {axis.effect / axis.se:.1f} s.e. of seed noise, but "
-                f"p = {axis.p_value:.3g} (the levels do not differ consistently across contexts and seeds); "
-                "to see it: more seeds; more steps (--budgets 1,2,4 shows whether the effect grows with training)")
-    advice = []
-    if axis.se and axis.effect > 0:
-        need = math.ceil(seeds * (MIN_SE * axis.se / axis.effect) ** 2)
-        if need > seeds:
-            advice.append(f"about {need} seeds would put {MIN_SE:g} s.e. under this effect if it is real")
-    advice += ["more steps (--budgets 1,2,4 shows whether the effect grows with training)",
-               "or a task on which this parameter matters"]
-    return (f"within seed noise: effect {axis.effect:.3g} ± {axis.se or math.nan:.2g} s.e., "
-            f"p = {axis.p_value:.3g}; to see it: " + "; ".join(advice))
+        out = f"separates: {size}, {p}; {test}"
+        if axis.interaction_p is not None and axis.interaction_p < ALPHA:
+            out += (f"; the levels interact with the context (interaction F test p = {axis.interaction_p:.2g}, "
+                    "normal seed noise assumed): read the per-context rows")
+        return out
+    if axis.seeds_to_test:
+        holm_needs = f", and Holm over {looks} tests needs p < {ALPHA / looks:.2g}" if looks > 1 else ""
+        return (f"not separated: the design cannot test it with these replicates: {size}, but its permutation "
+                f"test cannot go below p = {axis.p_floor:.2g}{holm_needs}; {axis.seeds_to_test} seeds per "
+                f"candidate would let it reach p < {ALPHA:g}")
+    big = axis.se and axis.effect > MIN_SE * axis.se
+    if big:
+        return (f"not separated: {size} of seed noise, but {p}; {test}; the test does not confirm it: "
+                "more seeds, or more steps (--budgets 1,2,4 shows whether the effect grows with training)")
+    if axis.p_adjusted is not None and axis.p_adjusted < ALPHA:
+        return (f"not separated: {p}; {test}; but the effect is under {MIN_SE:g} s.e. of seed noise ({size}): "
+                "consistent but small at this budget")
+    return f"within seed noise: {size}, {p}; {test}; to see it: more seeds, more steps, or a task on which it matters"
 
 
 def scaled(space: Space, multiple: float) -> Space:
@@ -295,13 +445,14 @@ def analyse(space: Space, dirs: list[Path], budgets: tuple[float, ...], seeds: i
     for b, d in zip(budgets, dirs):
         records = read_trials(d)  # once per budget: every analysis below reads these
         cands = _candidates(records, quality.name)
-        axes, variance = _axes(space, cands, seeds)
-        per_k = {str(k): _axes(space, _candidates(records, quality.name, k), seeds)[0]
-                 for k in _loop_counts(records)}
+        axes, variance, share = _axes(space, cands)
+        per_k = {str(k): _axes(space, _candidates(records, quality.name, k))[0] for k in _loop_counts(records)}
         scaled_proxy = scaled(space, b).spec.proxy
         results.append(BudgetResult(multiple=b, steps=scaled_proxy.steps, dir=str(d), axes=axes, per_k=per_k,
-                                    noise_sd=math.sqrt(variance) if math.isfinite(variance) else None))
-        means.append({h: sum(v) / len(v) for _, h, v in cands})
+                                    noise_sd=math.sqrt(variance) if math.isfinite(variance) else None,
+                                    seed_effect=share))
+        means.append({c[1]: sum(c[2]) / len(c[2]) for c in cands})
+    looks = decide(results)
     agreement = []
     for b, m in zip(budgets[1:], means[1:]):
         common = sorted(set(means[0]) & set(m))
@@ -309,7 +460,7 @@ def analyse(space: Space, dirs: list[Path], budgets: tuple[float, ...], seeds: i
         agreement.append({"from": budgets[0], "to": b, "tau": tau, "candidates": len(common)})
     return Calibration(space=space.name, metric=quality.name, direction=quality.direction, seeds=seeds,
                        design=kind, candidates=planned, axes=results[-1].axes, budgets=results,
-                       rank_agreement=agreement)
+                       rank_agreement=agreement, looks=looks)
 
 
 def write(cal: Calibration, out: Path) -> list[Path]:
@@ -323,7 +474,7 @@ def write(cal: Calibration, out: Path) -> list[Path]:
     return paths
 
 
-COLUMNS = ("parameter", "context", "levels: mean ± s.e.", "effect", "s.e.", "p", "separates")
+COLUMNS = ("parameter", "context", "levels: mean ± s.e.", "effect", "s.e.", "p", "p adj.", "separates")
 
 
 def rows(axes: list[AxisResult]) -> list[tuple[bool, tuple[str, ...]]]:
@@ -334,10 +485,10 @@ def rows(axes: list[AxisResult]) -> list[tuple[bool, tuple[str, ...]]]:
     for a in axes:
         one = a.contexts[0] if len(a.contexts) == 1 else None
         out.append((True, (a.param, "all", levels_text(one) if one else "", _f(a.effect), _f(a.se),
-                           _f(a.p_value), "yes" if a.separates else "no")))
+                           _p(a), _f(a.p_adjusted), "yes" if a.separates else "no")))
         for c in a.contexts if len(a.contexts) > 1 else []:
             ctx = ", ".join(f"{k}={_label(v)}" for k, v in c.context.items()) or "—"
-            out.append((False, (a.param, ctx, levels_text(c), _f(c.effect), _f(c.se), _f(c.p_value),
+            out.append((False, (a.param, ctx, levels_text(c), _f(c.effect), _f(c.se), _p(c), _f(c.p_adjusted),
                                 "yes" if c.separates else "no")))
     return out
 
@@ -356,11 +507,20 @@ def levels_text(c: ContextResult) -> str:
 def markdown(cal: Calibration) -> str:
     lines = [f"# Calibration of `{cal.space}`", "",
              f"{cal.candidates} candidates ({cal.design}) × {cal.seeds} seeds; metric `{cal.metric}` "
-             f"({cal.direction}). An axis *separates* when p < {ALPHA:g} (permutation test) and its "
-             f"effect exceeds {MIN_SE:g} standard errors of seed noise.", ""]
+             f"({cal.direction}). An axis *separates* when its Holm-adjusted p < {cal.alpha:g} and its effect "
+             f"exceeds {MIN_SE:g} standard errors of seed noise. p: a permutation test, paired by seed where "
+             f"every candidate holds the same seeds (levels shuffled within each (context, seed) block), exact "
+             f"where the relabellings can be counted (`≤` marks the design's floor, `≈` a Monte Carlo estimate, "
+             f"decided on its {99}% upper bound); p adj.: Holm over the family of {cal.looks} tests "
+             f"({cal.family}).", ""]
     for b in cal.budgets:
         sd = f"{b.noise_sd:.3g}" if b.noise_sd is not None else "unknown"
         lines += [f"## Budget {b.multiple:g}× ({b.steps} steps; seed-to-seed s.d. {sd})", ""]
+        if b.seed_effect is not None:
+            se = b.seed_effect
+            lines += [f"Seed effect: {se.share:.0%} of the seed-to-seed variance is shared by every candidate "
+                      f"on a seed (F test p = {se.p:.2g}, {se.candidates} candidates × {se.seeds} seeds); "
+                      "paired tests remove it.", ""]
         sections = [("" if not b.per_k else "At each replicate's last point:", b.axes)]
         sections += [(f"Elastic trials at k = {k}:", axes) for k, axes in b.per_k.items()]
         for title, axes in sections:
@@ -375,6 +535,15 @@ def markdown(cal: Calibration) -> str:
         lines.append(f"Rank agreement {r['from']:g}× → {r['to']:g}×: Kendall τ = {_f(r['tau'])} "
                      f"over {r['candidates']} candidates.")
     return "\n".join(lines) + "\n"
+
+
+def _p(t: Test) -> str:
+    """A raw p as the table prints it: ``≤ floor`` at the design's floor, ``≈`` when Monte Carlo."""
+    if t.p_value is None or not math.isfinite(t.p_value):
+        return "—"
+    if t.p_floor is not None and t.p_value <= t.p_floor * (1 + 1e-9):
+        return f"≤ {t.p_floor:.2g}"
+    return ("" if t.exact else "≈ ") + f"{t.p_value:.2g}"
 
 
 def _f(x: float | None) -> str:

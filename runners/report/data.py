@@ -17,7 +17,9 @@ import numpy as np
 from nas.cost import COST_FIELDS, sheet_value
 from nas.noise import kendall_tau
 from nas.pareto import hypervolume, knee_point, pareto_front
-from runners.sweep.front import FrontPoint, front_probabilities, mark_ties, noise_sentence, replicate_rows
+from runners.sweep.front import (
+    FrontPoint, front_probabilities, mark_ties, noise_sentence, replicate_rows, replicate_seeds,
+)
 from runners.sweep.records import (
     ExperimentRecord, Objective, TrialRecord, Unreadable, read_experiment, read_trials,
 )
@@ -182,7 +184,8 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
 def _noise(exp: Experiment) -> None:
     """Each row's p_front, the front members' ties and the noise sentence (runners.sweep.front)."""
     reps = [replicate_rows(r.trial, r.k, exp.objectives, r.values) for r in exp.rows]
-    probs = front_probabilities(reps, exp.directions)
+    seeds = [replicate_seeds(r.trial, r.k) for r in exp.rows]
+    probs = front_probabilities(reps, exp.directions, seeds)
     order = sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label))
     members = mark_ties([FrontPoint(exp.rows[i].label, exp.rows[i].k, exp.rows[i].values, None,
                                     exp.rows[i].se, exp.rows[i].n) for i in order], exp.quality.name)
@@ -232,6 +235,7 @@ def hypervolume_history(exp: Experiment) -> list[tuple[str, float]]:
         front = np.vstack([front, scaled[by_trial == trial.id]])
         front = front[pareto_front(front, minimise)]
         history.append((trial.id, hypervolume(front, minimise, np.ones(len(signs)))))
+    column = [o.name for o in exp.objectives].index(exp.quality.name)
     return history
 
 

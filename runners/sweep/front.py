@@ -1,7 +1,9 @@
 """The current front of an experiment: every point of every complete trial (an elastic
 trial contributes one point per loop count), ranked by ``nas.pareto`` on replicate means,
 with each point's seed noise (``nas.noise``): its standard errors, its probability of being
-on the front, and whether a front member is within noise of its neighbours."""
+on the front (a bootstrap paired by seed), and whether a front member is within noise of its
+neighbours (``nas.noise.compare``: a paired t-test over shared seeds at
+``nas.noise.TIE_ALPHA``, Welch's where seeds are not shared)."""
 from __future__ import annotations
 
 import math
@@ -9,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from nas.noise import Z, p_front, tied_neighbours
+from nas.noise import TIE_ALPHA, PairTest, compare, p_front
 from nas.pareto import pareto_front
 
 from .records import Objective, TrialRecord
@@ -25,6 +27,7 @@ class FrontPoint:
     n: int = 1
     p_front: float | None = None  # None: noise unknown (one replicate everywhere)
     tied: bool | None = None  # on the front: within seed noise of a neighbour (None: unknown)
+    next_pair: PairTest | None = None  # on the front: the test against the next member in cost order
 
 
 def all_points(records: list[TrialRecord]) -> list[FrontPoint]:
@@ -57,31 +60,50 @@ def replicate_rows(record: TrialRecord, k: int | None, objectives: list[Objectiv
     return np.array(rows or [[values[o.name] for o in objectives]], dtype=float)
 
 
-def front_probabilities(reps: list[np.ndarray], directions: list[str]) -> list[float | None]:
-    """``nas.noise.p_front`` of each point, or None for all when no point has two replicates."""
+def replicate_seeds(record: TrialRecord, k: int | None) -> list[int] | None:
+    """The seed of each row :func:`replicate_rows` gives (None: a record without replicates)."""
+    seeds = [rep.seed for rep in record.replicates
+             if rep.status == "complete" and any(p.k == k for p in rep.points)]
+    return seeds or None
+
+
+def front_probabilities(reps: list[np.ndarray], directions: list[str],
+                        seeds: list[list[int] | None] | None = None) -> list[float | None]:
+    """``nas.noise.p_front`` of each point (paired by seed where every point shares its seeds),
+    or None for all when no point has two replicates."""
     if not reps or max(len(r) for r in reps) < 2:
         return [None] * len(reps)
     draws = 1000 if len(reps) <= 100 else max(100, 100_000 // len(reps))
-    return p_front(reps, directions, draws=draws).tolist()
+    return p_front(reps, directions, draws=draws, seeds=seeds).tolist()
 
 
 def quality_name(objectives: list[Objective]) -> str | None:
     return next((o.name for o in objectives if o.quality), None)
 
 
-def mark_ties(members: list[FrontPoint], quality: str | None) -> list[FrontPoint]:
-    """Members (in cost order) with ``tied`` set: within seed noise of a neighbour."""
+def mark_ties(members: list[FrontPoint], quality: str | None,
+              samples: list[tuple[list[float], list[int] | None]]) -> list[FrontPoint]:
+    """Members (in cost order) with ``next_pair`` (the test against the next member) and
+    ``tied`` set: within seed noise of a neighbour. ``samples[i]``: member i's replicate
+    qualities and their seeds."""
     if quality is None or len(members) < 2:
         return members
-    q = [m.values[quality] for m in members]
-    se = [m.se.get(quality, math.nan) for m in members]
-    pairs = tied_neighbours(q, se, Z)
+    pairs = [compare(*samples[i], *samples[i + 1]) if len(samples[i][0]) and len(samples[i + 1][0]) else None
+             for i in range(len(members) - 1)]
+    pairs = [p if p is not None else PairTest(math.nan, math.nan, math.nan, 0, False, "no replicates")
+             for p in pairs]
+    apart = [p.separated() for p in pairs]
     out = []
     for i, m in enumerate(members):
-        near = [pairs[j] for j in (i - 1, i) if 0 <= j < len(pairs)]
-        tied = None if any(t is None for t in near) else any(near)
-        out.append(replace(m, tied=tied))
+        near = [apart[j] for j in (i - 1, i) if 0 <= j < len(apart)]
+        tied = None if any(t is None for t in near) else not all(near)
+        out.append(replace(m, tied=tied, next_pair=pairs[i] if i < len(pairs) else None))
     return out
+
+
+def _samples(reps: np.ndarray, seeds: list[int] | None, column: int) -> tuple[list[float], list[int] | None]:
+    values = reps[:, column].tolist()
+    return values, (seeds if seeds is not None and len(seeds) == len(values) else None)
 
 
 def front(records: list[TrialRecord], objectives: list[Objective]) -> list[FrontPoint]:
@@ -94,11 +116,17 @@ def front(records: list[TrialRecord], objectives: list[Objective]) -> list[Front
         return []
     directions = [o.direction for o in objectives]
     reps = [replicate_rows(by_id[p.trial], p.k, objectives, p.values) for p in points]
-    probs = front_probabilities(reps, directions)
+    seeds = [replicate_seeds(by_id[p.trial], p.k) for p in points]
+    probs = front_probabilities(reps, directions, seeds)
     values = [[p.values[o.name] for o in objectives] for p in points]
-    members = [replace(points[i], p_front=probs[i]) for i in pareto_front(values, directions)]
     key = cost_key(objectives)
-    return mark_ties(sorted(members, key=lambda p: p.values[key]), quality_name(objectives))
+    idx = sorted(pareto_front(values, directions), key=lambda i: points[i].values[key])
+    members = [replace(points[i], p_front=probs[i]) for i in idx]
+    quality = quality_name(objectives)
+    if quality is None:
+        return members
+    column = [o.name for o in objectives].index(quality)
+    return mark_ties(members, quality, [_samples(reps[i], seeds[i], column) for i in idx])
 
 
 def noise_sentence(members: list[FrontPoint], quality: str | None, seeds: int) -> str:
@@ -111,21 +139,21 @@ def noise_sentence(members: list[FrontPoint], quality: str | None, seeds: int) -
                 "differences on this front as real.")
     if len(members) == 1:
         return f"The front has one member (the mean of {members[0].n} seeds): nothing on it to compare."
-    q = [m.values[quality] for m in members]
-    se = [m.se.get(quality, math.nan) for m in members]
-    pairs = tied_neighbours(q, se, Z)
-    apart = sum(t is False for t in pairs)
+    pairs = [m.next_pair for m in members[:-1] if m.next_pair is not None]
+    apart = sum(p.separated() is True for p in pairs)
+    paired = all(p.paired for p in pairs)
+    how = (f"{'paired' if paired else 'Welch'} t-test p < {TIE_ALPHA:g}, {members[0].n} seeds"
+           + ("" if paired else ": seeds not shared, replicates treated as independent"))
     if apart == 0:
         return (f"The front's {quality} differences are within seed noise: no two neighbouring "
-                f"members differ by more than {Z:g} combined standard errors ({members[0].n} seeds).")
+                f"members differ beyond it ({how}).")
     tied = len(pairs) - apart
     if tied == 0:
         return (f"Every neighbouring pair on the front ({len(pairs)}) differs in {quality} beyond seed "
-                f"noise (> {Z:g} combined standard errors, {members[0].n} seeds).")
+                f"noise ({how}).")
     return (f"{apart} of {len(pairs)} neighbouring pairs on the front differ in {quality} beyond "
-            f"seed noise (> {Z:g} combined standard errors, {members[0].n} seeds); "
-            f"{tied} {'is' if tied == 1 else 'are'} within it.")
+            f"seed noise ({how}); {tied} {'is' if tied == 1 else 'are'} within it.")
 
 
 __all__ = ["FrontPoint", "all_points", "cost_key", "cost_objectives", "front", "front_probabilities", "mark_ties",
-           "noise_sentence", "quality_name", "replicate_rows"]
+           "noise_sentence", "quality_name", "replicate_rows", "replicate_seeds"]
