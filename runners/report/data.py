@@ -187,8 +187,10 @@ def _noise(exp: Experiment) -> None:
     seeds = [replicate_seeds(r.trial, r.k) for r in exp.rows]
     probs = front_probabilities(reps, exp.directions, seeds)
     order = sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label))
+    column = [o.name for o in exp.objectives].index(exp.quality.name)
     members = mark_ties([FrontPoint(exp.rows[i].label, exp.rows[i].k, exp.rows[i].values, None,
-                                    exp.rows[i].se, exp.rows[i].n) for i in order], exp.quality.name)
+                                    exp.rows[i].se, exp.rows[i].n) for i in order], exp.quality.name,
+                        [(reps[i][:, column].tolist(), seeds[i]) for i in order])
     tied = {i: m.tied for i, m in zip(order, members)}
     exp.rows = [replace(r, p_front=probs[i], tied=tied.get(i)) for i, r in enumerate(exp.rows)]
     exp.noise = noise_sentence(members, exp.quality.name if exp.quality.quality else None,
@@ -235,7 +237,6 @@ def hypervolume_history(exp: Experiment) -> list[tuple[str, float]]:
         front = np.vstack([front, scaled[by_trial == trial.id]])
         front = front[pareto_front(front, minimise)]
         history.append((trial.id, hypervolume(front, minimise, np.ones(len(signs)))))
-    column = [o.name for o in exp.objectives].index(exp.quality.name)
     return history
 
 
