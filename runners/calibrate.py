@@ -43,6 +43,8 @@ from nas.space import Space, _label
 CALIBRATION = "calibration"
 ALPHA, MIN_SE = 0.01, 3.0
 FAMILY = "every axis and context tested, at every budget and loop count"
+RULE = (f"an axis separates when its Holm-adjusted p < {ALPHA:g} (a permutation test, paired by seed where every "
+        f"candidate holds the same seeds) and its effect exceeds {MIN_SE:g} standard errors of seed noise")
 
 
 class Cell(BaseModel):
@@ -507,9 +509,8 @@ def levels_text(c: ContextResult) -> str:
 def markdown(cal: Calibration) -> str:
     lines = [f"# Calibration of `{cal.space}`", "",
              f"{cal.candidates} candidates ({cal.design}) × {cal.seeds} seeds; metric `{cal.metric}` "
-             f"({cal.direction}). An axis *separates* when its Holm-adjusted p < {cal.alpha:g} and its effect "
-             f"exceeds {MIN_SE:g} standard errors of seed noise. p: a permutation test, paired by seed where "
-             f"every candidate holds the same seeds (levels shuffled within each (context, seed) block), exact "
+             f"({cal.direction}). {RULE[0].upper() + RULE[1:]}. p: the permutation test "
+             f"(levels shuffled within each (context, seed) block when paired), exact "
              f"where the relabellings can be counted (`≤` marks the design's floor, `≈` a Monte Carlo estimate, "
              f"decided on its {99}% upper bound); p adj.: Holm over the family of {cal.looks} tests "
              f"({cal.family}).", ""]
@@ -589,5 +590,5 @@ def find(exp_dir: Path) -> Calibration | None:
         return None
 
 
-__all__ = ["CALIBRATION", "Calibration", "analyse", "design", "find", "markdown", "run_calibration",
+__all__ = ["CALIBRATION", "RULE", "Calibration", "analyse", "design", "find", "markdown", "run_calibration",
            "scaled", "write"]

@@ -118,20 +118,20 @@ def _calibration(exp: Experiment) -> str:
     ``EXP/calibration/`` or the space's default calibration directory."""
     from html import escape
 
-    from runners.calibrate import CALIBRATION, COLUMNS, find, rows
+    from runners.calibrate import CALIBRATION, COLUMNS, RULE, find, rows
 
     cal = (find(exp.dir) if exp.dir else None) or find(Path("runs") / exp.record.name)
     if cal is None:
         return ""
     budget = cal.budgets[-1]
     head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{'<b>' + escape(c) + '</b>' if axis and i in (0, 6) else escape(c)}</td>"
+    body = "".join("<tr>" + "".join(f"<td>{'<b>' + escape(c) + '</b>' if axis and i in (0, len(cells) - 1) else escape(c)}</td>"
                                     for i, c in enumerate(cells)) + "</tr>"
                    for axis, cells in rows(budget.axes))
     verdicts = "".join(f"<li><code>{escape(a.param)}</code>: {escape(a.verdict)}</li>" for a in budget.axes)
     return (f"<p>{cal.candidates} candidates × {cal.seeds} seeds at {budget.steps} steps on "
-            f"{escape(cal.metric)} (<code>{CALIBRATION}/calibration.md</code>; an axis separates when "
-            f"p &lt; 0.01 and its effect exceeds 3 standard errors):</p><table><tr>{head}</tr>{body}</table>"
+            f"{escape(cal.metric)} (<code>{CALIBRATION}/calibration.md</code>; {escape(RULE)}; "
+            f"Holm over {cal.looks} tests):</p><table><tr>{head}</tr>{body}</table>"
             f"<ul>{verdicts}</ul>")
 
 
