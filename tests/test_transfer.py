@@ -273,3 +273,49 @@ def test_a_real_tiny_transfer_trains_writes_resumes_and_status_reads_it(tmp_path
     bad = cli("transfer", str(exp), "--scales", "2", "--steps-rule", "x2")  # another plan for scale-2x
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ") and "other candidates" in bad.stderr
     assert cli("transfer", str(exp), "--scales", "x").stderr.strip().startswith("error: --scales")
+
+
+ELASTIC = """\
+name: planted_elastic
+base: tiny_elr
+params:
+  ffn: {target: model.defaults.swiglu.hidden_size, choices: [96, 128]}
+objectives: [{metric: acc, direction: maximize}, {metric: projection_flops, direction: minimize}]
+proxy: {task: s5, task_params: {seq_len: 4, degree: 2}, steps: 4, batch_size: 4, eval_every: 2}
+search: {sampler: grid, trials: 2, concurrency: 2}
+"""
+
+
+def test_elastic_points_are_retrained_once_per_trial_and_compared_at_the_same_k(tmp_path):
+    """Two elastic trials, each a point at k = 1 and 2: four candidates, two trainings per
+    scale; at 2× the wide FFN overtakes the narrow one at k = 2 only."""
+    path = tmp_path / "space.yaml"
+    path.write_text(ELASTIC)
+    space = load_space(path)
+    _, plan = design(space)
+
+    def curve(means):
+        def outcome(params, seed):
+            noise = np.random.default_rng([seed, params["ffn"]]).normal(0, 0.003, 2)
+            return [{"k": k, "value": means[params["ffn"], k] + noise[k - 1],
+                     "metrics": {"acc": means[params["ffn"], k] + noise[k - 1]}} for k in (1, 2)]
+        return outcome
+
+    def run(sweep, outcome):
+        while (job := sweep.next_job()) is not None:
+            sweep.finish(job.id, {"status": "complete",
+                                  "measured": outcome(sweep.records[job.trial].params, job.config["seed"])})
+        sweep.close()
+
+    base = {(96, 1): 0.5, (96, 2): 0.7, (128, 1): 0.55, (128, 2): 0.6}
+    run(Sweep(scaled(space, 1.0), tmp_path / "exp", "optuna", seeds=3, planned=plan), curve(base))
+    prep = prepare(tmp_path / "exp", scales=(2.0,), candidates="all")
+    assert len(prep.chosen) == 4 and len(prep.runs[0].space.planned()) == 2
+    assert {c.label for c in prep.chosen} == {"t0000@k=1", "t0000@k=2", "t0001@k=1", "t0001@k=2"}
+    run(Sweep(prep.runs[0].space, prep.runs[0].dir, "optuna", seeds=3, planned=prep.runs[0].space.planned()),
+        curve({**base, (128, 2): 0.8}))
+    big = analyse(prep).scales[1]
+    by = {c.label: c for c in big.candidates}
+    assert by["t0001@k=2"].mean == pytest.approx(0.8, abs=0.01) and by["t0001@k=1"].k == 1
+    [flip] = [d for d in big.pairs.detail if d.outcome == "flipped"]
+    assert {flip.a, flip.b} == {"t0000@k=2", "t0001@k=2"}

@@ -296,7 +296,7 @@ def scale_verdict(r: ScaleResult, direction: str) -> str:
     """One sentence: does the base order hold at this scale, pair by pair?"""
     at = where(r)
     if r.compared < 2:
-        return f"{at}: {_n(r.compared, 'candidate')} complete at both scales, nothing to compare yet"
+        return f"{at}: {_n(r.compared, 'candidate')} complete at both scales, nothing to compare yet" + _unfinished(r)
     p = r.pairs
     tau = "τ = —" if r.tau is None else f"τ = {r.tau:.2f}{interval(r.tau_ci)}"
     if p.separated == 0:
@@ -323,7 +323,16 @@ def scale_verdict(r: ScaleResult, direction: str) -> str:
                     if p.newly_separated else "all still are"))
     elif p.separated == 0 and p.newly_separated:
         head += f"; {p.newly_separated} of them now {'separates' if p.newly_separated == 1 else 'separate'}"
-    return head
+    return head + _unfinished(r)
+
+
+def _unfinished(r: ScaleResult) -> str:
+    """``; 1 of 6 candidates is not compared (t0003: failed: ...)``, or nothing."""
+    out = [c for c in r.candidates if c.mean is None]
+    if not out:
+        return ""
+    return (f"; {len(out)} of {_n(len(r.candidates), 'candidate')} {'is' if len(out) == 1 else 'are'} not "
+            "compared (" + ", ".join(f"{c.label}: {c.status}" for c in out[:3]) + (", ..." if len(out) > 3 else "") + ")")
 
 
 def overall_verdict(scales: list[ScaleResult], direction: str) -> str:
