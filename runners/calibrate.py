@@ -110,8 +110,21 @@ class BudgetResult(BaseModel):
                                                "(``axes`` is each replicate's last point)")
 
 
+class RawValue(BaseModel):
+    """One replicate's quality: the record of a calibration from which all of it is recomputed."""
+
+    budget: float
+    trial: str
+    spec_hash: str
+    params: dict[str, Any]
+    k: int | None = Field(None, description="an elastic point's loop count (None: the replicate's last point)")
+    seed: int
+    value: float
+
+
 class Calibration(BaseModel):
     space: str
+    source: str = Field("", description="the space file (the analysis is redone from it and raw)")
     metric: str
     direction: str
     seeds: int
@@ -123,6 +136,13 @@ class Calibration(BaseModel):
     alpha: float = ALPHA
     looks: int = Field(0, description="how many tests the Holm family holds")
     family: str = FAMILY
+    raw: list[RawValue] = Field(default_factory=list, description="every replicate value analysed")
+
+    def reanalysed(self, space: Space) -> "Calibration":
+        """The same analysis redone from ``raw`` with today's statistics."""
+        budgets = tuple(b.multiple for b in self.budgets)
+        return analyse_raw(space, self.raw, budgets, self.seeds, self.design, self.candidates,
+                           [b.dir for b in self.budgets])
 
 
 def design(space: Space, max_points: int = 48) -> tuple[str, list[dict[str, Any]]]:
@@ -156,30 +176,6 @@ def _dependents(space: Space, name: str) -> set[str]:
         out |= nxt
         frontier = nxt
     return out
-
-
-def _candidates(records: list, metric: str, k: int | None = None) -> list[tuple[dict, str, list[float], list[int]]]:
-    """(params, spec hash, replicate qualities, their seeds) per complete trial record: each
-    replicate's last point, or with ``k`` its point at that loop count (an elastic curve)."""
-    out = []
-    for r in records:
-        if r.status != "complete":
-            continue
-        values, seeds = [], []
-        for rep in r.replicates:
-            points = rep.points if k is None else [p for p in rep.points if p.k == k]
-            for p in points[-1:]:
-                values.append(p.values[metric])
-                seeds.append(rep.seed)
-        if values:
-            out.append((r.params, r.spec_hash, values, seeds))
-    return out
-
-
-def _loop_counts(records: list) -> list[int]:
-    """The loop counts elastic trials were evaluated at (empty: no elastic trial)."""
-    return sorted({p.k for r in records if r.status == "complete"
-                   for rep in r.replicates for p in rep.points if p.k is not None})
 
 
 def _noise(cands: list) -> tuple[float, float, SeedShare | None]:
@@ -440,17 +436,53 @@ def run_calibration(space: Space, out: Path, seeds: int = 3, budgets: tuple[floa
 
 def analyse(space: Space, dirs: list[Path], budgets: tuple[float, ...], seeds: int, kind: str,
             planned: int) -> Calibration:
+    """Read each budget's records once and analyse their raw values (:func:`analyse_raw`)."""
     from runners.sweep.records import read_trials
 
     quality = next(o for o in space.spec.objectives if o.quality)
+    raw = [v for b, d in zip(budgets, dirs) for v in raw_values(read_trials(d), quality.name, b)]
+    return analyse_raw(space, raw, budgets, seeds, kind, planned, [str(d) for d in dirs])
+
+
+def raw_values(records: list, metric: str, multiple: float) -> list[RawValue]:
+    """Every complete trial's replicate values: its last point, and each elastic point (k)."""
+    out = []
+    for r in records:
+        if r.status != "complete":
+            continue
+        for rep in r.replicates:
+            ks = sorted({p.k for p in rep.points if p.k is not None})
+            chosen = [(None, rep.points[-1])] if rep.points else []
+            chosen += [(k, [p for p in rep.points if p.k == k][-1]) for k in ks]
+            out += [RawValue(budget=multiple, trial=r.id, spec_hash=r.spec_hash, params=r.params, k=k,
+                             seed=rep.seed, value=p.values[metric]) for k, p in chosen]
+    return out
+
+
+def _cands(raw: list[RawValue], k: int | None) -> list[tuple[dict, str, list[float], list[int]]]:
+    """(params, spec hash, values, seeds) per trial, at loop count ``k`` (None: last points)."""
+    by: dict[str, tuple[dict, str, list[float], list[int]]] = {}
+    for v in raw:
+        if v.k == k:
+            c = by.setdefault(v.trial, (v.params, v.spec_hash, [], []))
+            c[2].append(v.value)
+            c[3].append(v.seed)
+    return list(by.values())
+
+
+def analyse_raw(space: Space, raw: list[RawValue], budgets: tuple[float, ...], seeds: int, kind: str,
+                planned: int, dirs: list[str] | None = None) -> Calibration:
+    """The calibration of ``raw`` (``calibration.json`` keeps it: the analysis can be redone
+    from the committed file alone, ``Calibration.reanalysed``)."""
+    quality = next(o for o in space.spec.objectives if o.quality)
     results, means = [], []
-    for b, d in zip(budgets, dirs):
-        records = read_trials(d)  # once per budget: every analysis below reads these
-        cands = _candidates(records, quality.name)
+    for i, b in enumerate(budgets):
+        mine = [v for v in raw if v.budget == b]
+        cands = _cands(mine, None)
         axes, variance, share = _axes(space, cands)
-        per_k = {str(k): _axes(space, _candidates(records, quality.name, k))[0] for k in _loop_counts(records)}
-        scaled_proxy = scaled(space, b).spec.proxy
-        results.append(BudgetResult(multiple=b, steps=scaled_proxy.steps, dir=str(d), axes=axes, per_k=per_k,
+        per_k = {str(k): _axes(space, _cands(mine, k))[0] for k in sorted({v.k for v in mine if v.k is not None})}
+        results.append(BudgetResult(multiple=b, steps=scaled(space, b).spec.proxy.steps,
+                                    dir=dirs[i] if dirs else "", axes=axes, per_k=per_k,
                                     noise_sd=math.sqrt(variance) if math.isfinite(variance) else None,
                                     seed_effect=share))
         means.append({c[1]: sum(c[2]) / len(c[2]) for c in cands})
@@ -460,9 +492,9 @@ def analyse(space: Space, dirs: list[Path], budgets: tuple[float, ...], seeds: i
         common = sorted(set(means[0]) & set(m))
         tau = kendall_tau([means[0][h] for h in common], [m[h] for h in common]) if len(common) >= 3 else math.nan
         agreement.append({"from": budgets[0], "to": b, "tau": tau, "candidates": len(common)})
-    return Calibration(space=space.name, metric=quality.name, direction=quality.direction, seeds=seeds,
-                       design=kind, candidates=planned, axes=results[-1].axes, budgets=results,
-                       rank_agreement=agreement, looks=looks)
+    return Calibration(space=space.name, source=str(space.source), metric=quality.name, direction=quality.direction,
+                       seeds=seeds, design=kind, candidates=planned, axes=results[-1].axes, budgets=results,
+                       rank_agreement=agreement, looks=looks, raw=raw)
 
 
 def write(cal: Calibration, out: Path) -> list[Path]:
@@ -590,5 +622,5 @@ def find(exp_dir: Path) -> Calibration | None:
         return None
 
 
-__all__ = ["CALIBRATION", "RULE", "Calibration", "analyse", "design", "find", "markdown", "run_calibration",
+__all__ = ["CALIBRATION", "RULE", "Calibration", "RawValue", "analyse", "analyse_raw", "design", "find", "markdown", "run_calibration",
            "scaled", "write"]
