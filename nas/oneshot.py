@@ -10,6 +10,10 @@ the supernet's (``runners.weights`` copies them). The search visits placements
 with exactly the ratio's number of layers of each mixer: :func:`exhaustive` lists them
 all, :func:`beam_search` keeps the best ``width`` and moves one layer at a time.
 
+Every one-shot sweep then checks itself (``oneshot.check``, :class:`OneShotCheckSpec`):
+:func:`spot_check` picks sub-networks spread over the one-shot ranking, the sweep trains
+them stand-alone with seeds, and :func:`agreement` says whether the two rankings agree.
+
 Pure data and pure functions: no torch.
 """
 from __future__ import annotations
@@ -17,8 +21,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import Problem, SpecError
 from .load import resolve, spec_from_dict
@@ -238,6 +245,110 @@ def beam_search(score: Callable[[State], float | None], start: Iterable[State],
     return best, seen
 
 
+# ---- the self-check: does the one-shot ranking agree with stand-alone training? ---------
+
+AGREE_ALPHA = 0.01  # "agrees": τ > 0 and its one-sided permutation p below this
+
+
+class OneShotCheckSpec(BaseModel):
+    """``oneshot.check``: after the search, train ``n`` sub-networks spread over the one-shot
+    ranking (:func:`spot_check`) stand-alone at the proxy's budget, ``seeds`` runs each (seeds
+    ``search.seed + i``), and compare the two rankings (:func:`agreement`). ``check: false``
+    skips it (the sweep says so); ``true`` is these defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n: int = Field(6, ge=3, description="sub-networks to train stand-alone (the one-shot front, the "
+                   "top and the bottom always among them, so more when the front is larger)")
+    seeds: int = Field(3, ge=2, description="stand-alone runs of each, for the interval over seeds")
+
+
+def check_settings(value: OneShotCheckSpec | bool) -> OneShotCheckSpec | None:
+    """``oneshot.check`` as settings (None: skipped)."""
+    if value is True:
+        return OneShotCheckSpec()
+    return value or None
+
+
+def spot_check(ranked: Sequence[State], front: Iterable[State], n: int) -> list[State]:
+    """The candidates a self-check trains, in ranking order: every member of the one-shot
+    ``front``, the top and the bottom of the one-shot ranking (``ranked``, best first), then,
+    until ``n`` are chosen, the candidate farthest in rank from every one chosen (nearer the
+    top on a tie): so the sample spreads over the whole ranking."""
+    front = set(front)
+    picked = {i for i, c in enumerate(ranked) if c in front}
+    picked |= {0, len(ranked) - 1} if ranked else set()
+    while len(picked) < min(n, len(ranked)):
+        free = [i for i in range(len(ranked)) if i not in picked]
+        picked.add(max(free, key=lambda i: (min(abs(i - j) for j in picked), -i)))
+    return [ranked[i] for i in sorted(picked)]
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Kendall τ between one-shot scores and stand-alone means over ``n`` candidates with
+    ``seeds`` stand-alone runs each: its 95% interval over seeds (``lo``, ``hi``), the exact
+    one-sided permutation ``p`` of τ > 0 (n ≤ 8; Monte Carlo above), and the verdict."""
+
+    tau: float
+    lo: float
+    hi: float
+    p: float
+    n: int
+    seeds: int
+    agrees: bool
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields ``status --json`` shows as ``oneshot_check`` (NaN as None)."""
+        def num(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+        return {"tau": num(self.tau), "tau_ci": [num(self.lo), num(self.hi)], "p": num(self.p), "n": self.n,
+                "seeds": self.seeds, "agrees": self.agrees, "verdict": self.verdict,
+                "alternative": "one-sided: agreement means tau > 0", "alpha": AGREE_ALPHA}
+
+
+def agreement(oneshot: Sequence[float], standalone: Sequence[Sequence[float]], draws: int = 2000,
+              seed: int = 0) -> Agreement:
+    """Whether a one-shot ranking agrees with stand-alone training: ``oneshot[i]`` is candidate
+    i's one-shot score, ``standalone[i]`` its stand-alone value at each seed (the same metric,
+    so τ > 0 is agreement whichever way it is better). It *agrees* when τ > 0 and the one-sided
+    permutation p < :data:`AGREE_ALPHA`; the interval resamples the stand-alone seeds, jointly
+    across candidates (``nas.noise.tau_ci``)."""
+    import numpy as np
+
+    from .noise import tau_ci
+
+    n = len(oneshot)
+    if len(standalone) != n:
+        raise ValueError(f"{n} one-shot scores but {len(standalone)} stand-alone rows")
+    seeds = len(standalone[0]) if n else 0
+    if n < 2:
+        return Agreement(math.nan, math.nan, math.nan, math.nan, n, seeds, False,
+                         verdict(math.nan, math.nan, math.nan, math.nan, n, seeds, False))
+    a = np.asarray(oneshot, dtype=float).reshape(n, 1)
+    ci = tau_ci(a, np.asarray(standalone, dtype=float), draws=draws, seed=seed)
+    agrees = bool(math.isfinite(ci.tau) and ci.tau > 0 and math.isfinite(ci.p) and ci.p < AGREE_ALPHA)
+    return Agreement(ci.tau, ci.lo, ci.hi, ci.p, n, seeds, agrees, verdict(ci.tau, ci.lo, ci.hi, ci.p, n, seeds, agrees))
+
+
+def verdict(tau: float, lo: float, hi: float, p: float, n: int, seeds: int, agrees: bool) -> str:
+    """The self-check's sentence (see :func:`agreement`)."""
+    if n < 2 or not math.isfinite(tau):
+        return (f"cannot be checked: {n} spot-check candidate{'s' if n != 1 else ''} with a stand-alone "
+                "result, and no two ranked apart; this front says where to look, not what is best")
+    numbers = (f"τ = {tau:.2g}, one-sided p = {p:.2g}; 95% interval over seeds {lo:.2g} to {hi:.2g}; "
+               f"{n} candidates × {seeds} seeds")
+    if agrees:
+        return f"the one-shot ranking agrees with stand-alone training on the spot-check ({numbers})"
+    floor = 1 / math.factorial(n)
+    cannot = (f"; with {n} candidates no ranking can reach p < {AGREE_ALPHA:g} (the exact floor is "
+              f"{floor:.2g}): raise oneshot.check.n" if floor >= AGREE_ALPHA else "")
+    return (f"the one-shot ranking does not agree with stand-alone training on the spot-check ({numbers}"
+            f"{cannot}): this front says where to look, not what is best")
+
+
 __all__ = ["mixer_names", "counts", "loop_choices", "supernet_data", "supernet", "check_supernet",
            "subnet", "pattern_of", "candidate", "trial_params", "exhaustive", "rule_placements",
-           "swaps", "beam_search", "fit_name", "option_label", "HASH", "SUBNET_NAME"]
+           "swaps", "beam_search", "fit_name", "option_label", "HASH", "SUBNET_NAME", "AGREE_ALPHA",
+           "OneShotCheckSpec", "check_settings", "spot_check", "Agreement", "agreement", "verdict"]

@@ -54,6 +54,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt,
 
 from .errors import Problem, SpecError, from_validation_error, suggest
 from .load import parse_yaml, read_text, resolve, spec_from_dict
+from .oneshot import OneShotCheckSpec
 from .proxy import (
     CURRICULUM_SET, PROXY_ONLY, SAMPLER_CLASSES, SAMPLER_PARAMS, SET_BY_SWEEP, TASK_METRICS, TASK_PARAMS, ProxySpec,
     sampler_class, task_metrics,
@@ -260,6 +261,7 @@ class OneShotSpec(_Data):
     freeze_ffn: bool = False
     train: dict[str, Any] = Field(default_factory=dict)
     search: OneShotSearchSpec = OneShotSearchSpec()
+    check: OneShotCheckSpec | bool = OneShotCheckSpec()  # the self-check (nas.oneshot.spot_check)
 
 
 def _param_count(value: Any) -> Any:
