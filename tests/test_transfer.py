@@ -157,6 +157,11 @@ def test_steps_rules_and_a_retrained_base(tmp_path):
     assert [r.space.spec.proxy.steps for r in prep.runs] == [4, 8]
     per_param = prepare(exp, scales=(2.0,), steps_rule="tokens-per-param", candidates="all")
     assert 2.5 < per_param.runs[1].multiple < 4.0  # the width doubled: parameters grew ~3x
+    target = prepare(exp, scales=(2e5,), candidates="all")  # a number above 64: unique parameters
+    assert [r.label for r in target.runs] == ["1x", "2e5"] and target.runs[1].dir.name == "scale-2e5"
+    from nas.cost import unique_params
+    assert all(abs(unique_params(g.arch) / 2e5 - 1) < 0.02
+               for g in target.runs[1].space.plan)
     grown(prep, {1.0: planted(BASE), 2.0: planted(BASE)})
     t = analyse(prep)
     assert t.scales[0].dir.endswith("scale-1x") and "retrained at 1×" in t.notes[0]
