@@ -15,6 +15,7 @@ from runners.sweep.records import write_text
 
 from .axes import axes, serving_axes
 from .data import Experiment, front_2d, hypervolume_history, load, rank_agreement
+from .oneshot import check_section
 from .page import diagram_uri, document, front_table, header, plural
 from .transfer import TITLE as TRANSFER_TITLE
 from .transfer import section as transfer_section
@@ -103,6 +104,9 @@ def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
     calibration = _calibration(exp)
     if calibration:
         body += _section("Calibration: can the proxy see each axis?", [calibration])
+    check = check_section(exp.dir)  # a one-shot sweep's self-check
+    if check:
+        body += _section("One-shot self-check: does the supernet rank like stand-alone training?", [check])
     transfer = transfer_section(exp.dir)  # loopnas transfer: EXP/transfer/
     if transfer:
         body += _section(TRANSFER_TITLE, [transfer])
