@@ -36,6 +36,7 @@ def per_device(records) -> dict[str, int]:
 
 
 def status_data(exp_dir: Path) -> dict:
+    from runners.report.oneshot import read_check
     from runners.sweep.front import front, noise_sentence, quality_name
     from runners.sweep.records import read_experiment, read_trials, study_storage
     from runners.transfer import status_entry
@@ -58,7 +59,8 @@ def status_data(exp_dir: Path) -> dict:
                        "n": p.n, "p_front": p.p_front, "tied": p.tied, "summary": p.summary}
                       for p in points],
             "failures": [{"trial": r.id, "status": r.status, "reason": r.reason} for r in records
-                         if r.status in ("failed", "timeout", "oom")]}
+                         if r.status in ("failed", "timeout", "oom")],
+            "oneshot_check": read_check(exp_dir)}  # a one-shot sweep's self-check, else None
 
 
 def warn_unreadable(data: dict) -> None:
@@ -106,6 +108,9 @@ def print_status(exp_dir: Path) -> None:
                       markup=False)
     for f in data["failures"][:5]:
         console.print(f"{f['trial']} {f['status']}: {f['reason']}", highlight=False, markup=False)
+    if data["oneshot_check"]:
+        console.print(f"one-shot self-check: {data['oneshot_check']['verdict']}", highlight=False, markup=False,
+                      soft_wrap=True)
 
 
 @app.command("status")
