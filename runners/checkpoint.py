@@ -61,6 +61,26 @@ def write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def save_figure(fig: Any, path: str | Path, **kwargs: Any) -> Path:
+    """``fig.savefig(path, **kwargs)`` atomically (:func:`atomic`): a symlink at ``path`` is
+    replaced, never written through. The format is ``path``'s suffix unless given."""
+    path = Path(path)
+    kwargs.setdefault("format", path.suffix.lstrip(".") or "png")  # the temporary name ends .tmp
+    with atomic(path) as tmp:
+        fig.savefig(tmp, **kwargs)
+    return path
+
+
+def own_dir(path: str | Path) -> Path:
+    """The directory ``path``, made if missing. A symlink there (planted to send what is
+    written inside elsewhere) is replaced by a directory of its own; its target is untouched."""
+    path = Path(path)
+    if path.is_symlink():
+        path.unlink()
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def _plain(value: Any, where: str) -> Any:
     """``value`` as data the weights-only unpickler accepts: numpy scalars become Python
     numbers, pydantic models their JSON dumps; anything else unknown is refused here, so a
@@ -127,4 +147,5 @@ def _unreadable(path: str | Path, exc: Exception) -> str:
             f"{type(exc).__name__})")
 
 
-__all__ = ["CHECKPOINT", "RESULT", "CheckpointError", "atomic", "load", "save", "write_text"]
+__all__ = ["CHECKPOINT", "RESULT", "CheckpointError", "atomic", "load", "own_dir", "save", "save_figure",
+           "write_text"]

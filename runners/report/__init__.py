@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from runners.checkpoint import atomic, own_dir
 from runners.sweep.records import write_text
 
 from .axes import axes, serving_axes
@@ -38,7 +39,7 @@ def write_csv(exp: Experiment, path: Path) -> Path:
     fields = ["trial", "k", "knee", *names, *(f"{n}_se" for n in measured), "seeds", "p_front",
               "within_noise", "unique_params", "projection_flops_per_token",
               "kv_cache_bytes", "state_bytes", "summary", "params"]
-    with path.open("w", newline="") as f:
+    with atomic(path) as tmp, tmp.open("w", newline="") as f:  # never through a symlink at path
         writer = csv.writer(f)
         writer.writerow(fields)
         for i in sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label)):
@@ -110,8 +111,10 @@ def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
     transfer = transfer_section(exp.dir)  # loopnas transfer: EXP/transfer/
     if transfer:
         body += _section(TRANSFER_TITLE, [transfer])
-    diagrams = {exp.rows[i].trial.id: diagram_uri(exp.rows[i].trial.arch)
-                for i in exp.front if exp.rows[i].trial.arch is not None}
+    diagrams: dict[str, str | None] = {}
+    for trial in (exp.rows[i].trial for i in exp.front):  # one per trial: an elastic one has a row per k
+        if trial.arch is not None and trial.id not in diagrams:
+            diagrams[trial.id] = diagram_uri(trial.arch)
     body += _section(f"The front: {plural(len(exp.front), 'point')} over "
                      f"{', '.join(o.name for o in exp.objectives)}", [front_table(exp, diagrams)])
     return body, pngs
@@ -149,8 +152,7 @@ def _empty(exp: Experiment) -> str:
 def write_report(exp_dir: str | Path, seq_len: int | None = None) -> Report:
     """Write ``EXP/report/``: ``index.html``, the PNGs and ``front.csv``."""
     exp = load(exp_dir, seq_len)
-    out = Path(exp_dir) / REPORT
-    out.mkdir(exist_ok=True)
+    out = own_dir(Path(exp_dir) / REPORT)  # a symlinked report/ is replaced, not written through
     body, pngs = _charts(exp, out) if exp.rows else (_empty(exp), [])
     index = out / "index.html"
     write_text(index, document(f"{exp.record.name}: loopnas report", header(exp) + body))  # atomic

@@ -7,6 +7,8 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from runners.checkpoint import save_figure
+
 from .axes import Axis, log_scale, quality_title
 from .charts import DOMINATED, ELASTIC, FRONT, KNEE
 from .data import Experiment, front_2d
@@ -57,8 +59,7 @@ def front_png(exp: Experiment, axis: Axis, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=150, facecolor="white")
-    return path
+    return save_figure(fig, path, dpi=150, facecolor="white")  # atomic: never through a symlink
 
 
 def hypervolume_png(history: list[tuple[str, float]], name: str, path: Path) -> Path:
@@ -72,8 +73,7 @@ def hypervolume_png(history: list[tuple[str, float]], name: str, path: Path) -> 
     ax.set_title(f"{name}: hypervolume as trials complete", fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=150, facecolor="white")
-    return path
+    return save_figure(fig, path, dpi=150, facecolor="white")  # atomic: never through a symlink
 
 
 __all__ = ["front_png", "hypervolume_png"]
