@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -61,6 +62,18 @@ def status_data(exp_dir: Path) -> dict:
             "failures": [{"trial": r.id, "status": r.status, "reason": r.reason} for r in records
                          if r.status in ("failed", "timeout", "oom")],
             "oneshot_check": read_check(exp_dir)}  # a one-shot sweep's self-check, else None
+
+
+def finite(data):
+    """``data`` with every NaN or infinite number as None: JSON has no NaN (one replicate's
+    unknown standard error, a diverged metric)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(v) for v in data]
+    return data
 
 
 def warn_unreadable(data: dict) -> None:
@@ -126,7 +139,7 @@ def status_cmd(
         data = status_data(exp_dir) if as_json else None
         if as_json:
             warn_unreadable(data)
-            typer.echo(json.dumps(data, indent=2))
+            typer.echo(json.dumps(finite(data), indent=2, allow_nan=False))
         else:
             print_status(exp_dir)
     except (FileNotFoundError, NotADirectoryError) as exc:

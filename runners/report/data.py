@@ -124,10 +124,51 @@ def _reprice(trial: TrialRecord, seq_len: int) -> dict | None:
     return cost(ArchSpec.model_validate(trial.arch), seq_len=seq_len, dtype=dtype).to_dict()
 
 
+# the cost sheet's figures a row reads, at every loop count; unique_params only at the top
+FIGURES = ("projection_flops_per_token", "forward_flops_per_token", "kv_cache_bytes", "state_bytes")
+
+
+def _count(x: object) -> bool:
+    """A cost sheet's figure: a finite, non-negative number."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def _bad_sheet(cost: dict) -> str:
+    """Why ``cost`` is not a cost sheet the report can draw, or ''."""
+    per_k = cost.get("per_k", {})
+    if not isinstance(per_k, dict) or not all(isinstance(v, dict) for v in per_k.values()):
+        return "per_k is not a table of cost sheets"
+    for where, figures in [("", cost)] + [(f"per_k.{k}.", v) for k, v in per_k.items()]:
+        for name in FIGURES + (("unique_params",) if not where else ()):
+            if not _count(figures.get(name)):
+                return f"{where}{name} = {figures.get(name)!r}"
+    train = cost.get("train_flops_per_token")
+    return "" if train is None or _count(train) else f"train_flops_per_token = {train!r}"
+
+
+def _bad_arch(trial: TrialRecord) -> str:
+    """Why the trial's canonical spec does not validate (the report draws and reprices it), or ''."""
+    if trial.arch is None:
+        return ""
+    from pydantic import ValidationError
+
+    from nas.spec import ArchSpec
+    try:
+        ArchSpec.model_validate(trial.arch)
+    except (ValidationError, ValueError, TypeError) as exc:
+        first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
+        where = ".".join(map(str, first["loc"])) or "the top level"
+        return f"arch is not a valid spec: {where}: {first['msg']}"
+    return ""
+
+
 def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) -> tuple[list[Row], list[str]]:
     rows, excluded = [], []
     if cost is None:
         return rows, [f"{trial.id}: no cost sheet"]
+    why = _bad_sheet(cost)
+    if why:
+        return rows, [f"{trial.id}: unusable cost sheet ({why})"]
     if not trial.points:
         return rows, [f"{trial.id}: complete but no evaluated points"]
     for p in trial.points:
@@ -135,7 +176,10 @@ def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) ->
         values = dict(p.values)
         for o in objectives:
             if o.name not in values and o.name in COST_FIELDS:  # cost objectives the sheet has
-                values[o.name] = sheet_value(cost, o.name, p.k if str(p.k) in cost.get("per_k", {}) else None)
+                try:
+                    values[o.name] = sheet_value(cost, o.name, p.k if str(p.k) in cost.get("per_k", {}) else None)
+                except (KeyError, TypeError, ValueError):  # a field the sheet lacks: named below
+                    pass
         label = trial.id if p.k is None else f"{trial.id} k={p.k}"
         missing = [o.name for o in objectives if o.name not in values]
         bad = [o.name for o in objectives if o.name in values and not math.isfinite(values[o.name])]
@@ -167,6 +211,10 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
     exp = Experiment(record, trials, seq_len or record.seq_len, excluded=unreadable, dir=Path(exp_dir))
     for trial in exp.trials:
         if trial.status != "complete":
+            continue
+        why = _bad_arch(trial)
+        if why:
+            exp.excluded.append(f"{trial.id}: {why}")
             continue
         same = exp.seq_len == record.seq_len and trial.cost is not None
         cost = trial.cost if same else _reprice(trial, exp.seq_len)

@@ -18,8 +18,11 @@ records: `status`, `report` and `export` skip an unreadable record and name it.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -38,7 +41,13 @@ Direction = Literal["minimize", "maximize"]
 EXPERIMENT = "experiment.json"
 TRIALS = "trials"
 JOURNAL = "study.journal"
-MAX_RECORD = 64 << 20  # bytes: a record larger than this is damage, not data (reading stays bounded)
+# bytes: a file larger than its cap is damage, not data, and is never read whole. A trial
+# record is about 2.5 kB per replicate plus 250 bytes per rung and replicate (8 MB: 30,000
+# rungs); read, it takes about 20 times its size in memory.
+MAX_RECORD = 8 << 20
+MAX_EXPERIMENT = 4 << 20  # experiment.json (its space is at most nas.load.MAX_BYTES), calibration.json
+MAX_POINTS = 1025  # points of one trial or replicate: one per loop count (nas.spec.MAX_LOOPS) and the spec's own
+MAX_REPLICATES = 1024
 
 
 class _Record(BaseModel):
@@ -210,15 +219,91 @@ def checkpoint_of(exp_dir: str | Path, record: TrialRecord, replicate: int | Non
     return run_dir(exp_dir, record, replicate) / CHECKPOINT
 
 
-def _why(path: Path, model: type[BaseModel]) -> tuple[BaseModel | None, str]:
+class Skipped(ValueError):
+    """Why :func:`read_bounded` refused a file, in words."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def read_bounded(path: str | Path, cap: int = MAX_RECORD) -> bytes:
+    """The bytes of the regular file at ``path``: the one read of a file of an experiment
+    directory. Never blocks (a FIFO is opened non-blocking and refused), never reads more
+    than ``cap`` bytes (a device's size is 0 and it never ends): :class:`Skipped` says why
+    a file is refused; OSError is left as it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Skipped(f"{_kind(info.st_mode)}, not a file")
+        chunks, size = [], 0
+        while size <= cap and info.st_size <= cap:  # the file may grow while it is read
+            chunk = os.read(fd, min(1 << 20, cap + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > cap or info.st_size > cap:
+            raise Skipped(f"larger than {cap / (1 << 20):g} MB")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _unusable(record: BaseModel) -> str:
+    """Why a well-formed trial record cannot be used (status and report would trip on it)."""
+    if not isinstance(record, TrialRecord):
+        return ""
+    if len(record.replicates) > MAX_REPLICATES:
+        return f"{len(record.replicates)} replicates (at most {MAX_REPLICATES})"
+    for where, points in [("", record.points)] + [(f"replicate {r.index}: ", r.points) for r in record.replicates]:
+        ks = [p.k for p in points]
+        if len(ks) > MAX_POINTS or len(set(ks)) < len(ks):
+            return f"{where}{len(ks)} points for {len(set(ks))} loop counts (one point per loop count)"
+        for p in points:
+            bad = [n for n, se in p.se.items() if se < 0 or math.isinf(se)]
+            if bad:
+                return f"{where}standard error of {bad[0]} is {p.se[bad[0]]} (not a standard error)"
+            if p.n < 1:
+                return f"{where}a point of {p.n} replicates"
+    return ""
+
+
+def read_record(path: str | Path, model: type[BaseModel],
+                cap: int = MAX_RECORD) -> tuple[BaseModel | None, str]:
+    """The file read as ``model`` (:func:`read_bounded`, at most ``cap`` bytes), or None and
+    why it cannot be, in words."""
+    return _why(Path(path), model, cap)
+
+
+def read_optional(path: str | Path, model: type[BaseModel], cap: int = MAX_RECORD) -> BaseModel | None:
+    """The file read as ``model``, or None: when there is none, and when it cannot be read,
+    with one warning line on stderr naming it and why (``loopnas.records``'s log)."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return None
+    record, why = _why(path, model, cap)
+    if record is None:
+        logging.getLogger("loopnas.records").warning("warning: %s: unreadable (%s); skipped", path, why)
+    return record
+
+
+def _why(path: Path, model: type[BaseModel], cap: int = MAX_RECORD) -> tuple[BaseModel | None, str]:
     """The file read as ``model``, or why it cannot be, in words."""
     from pydantic import ValidationError
 
     try:
-        if path.stat().st_size > MAX_RECORD:
-            return None, f"larger than {MAX_RECORD >> 20} MB"
-        text = path.read_bytes().decode("utf-8")
-        return model.model_validate_json(text), ""
+        text = read_bounded(path, cap).decode("utf-8")
+        record = model.model_validate_json(text)
+        why = _unusable(record)
+        return (None, why) if why else (record, "")
+    except Skipped as exc:
+        return None, str(exc)
     except OSError as exc:
         return None, exc.strerror or type(exc).__name__
     except UnicodeDecodeError as exc:
@@ -235,9 +320,9 @@ def read_experiment(exp_dir: str | Path) -> ExperimentRecord:
     """The experiment record; a missing one is FileNotFoundError, an unreadable one a
     :class:`RecordError` naming the file."""
     path = Path(exp_dir) / EXPERIMENT
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"{exp_dir} is not an experiment directory (no {EXPERIMENT})")
-    record, why = _why(path, ExperimentRecord)
+    record, why = _why(path, ExperimentRecord, MAX_EXPERIMENT)
     if record is None:
         raise RecordError(f"{path}: unreadable experiment record ({why}); restore it from a copy, "
                           "or run the sweep again with another --out")
@@ -246,8 +331,10 @@ def read_experiment(exp_dir: str | Path) -> ExperimentRecord:
 
 def read_trials(exp_dir: str | Path, problems: list[Unreadable] | None = None) -> list[TrialRecord]:
     """Every trial record, by trial number: the one reader of ``EXP/trials/``. An unreadable
-    record (torn, not UTF-8, not a record) is appended to ``problems`` and skipped; without
-    ``problems`` it is a :class:`RecordError` naming the file."""
+    record (torn, not UTF-8, not a record, not a regular file, over :data:`MAX_RECORD`, or
+    one status and report cannot use: a negative standard error, two points at one loop
+    count) is appended to ``problems`` and skipped; without ``problems`` it is a
+    :class:`RecordError` naming the file."""
     records = []
     for path in sorted((Path(exp_dir) / TRIALS).glob("t*.json")):
         record, why = _why(path, TrialRecord)
@@ -303,4 +390,5 @@ def study_storage(exp_dir: str | Path, url: str | None) -> str:
 __all__ = ["Status", "Direction", "Objective", "Rung", "Point", "Replicate", "TrialRecord", "ExperimentRecord",
            "RecordError", "Unreadable", "write_text", "write_json", "trial_path", "read_experiment", "read_trials",
            "run_dir", "checkpoint_of",
-           "repair_journal", "study_storage", "EXPERIMENT", "TRIALS", "JOURNAL"]
+           "repair_journal", "study_storage", "read_bounded", "read_record", "read_optional", "Skipped",
+           "EXPERIMENT", "TRIALS", "JOURNAL", "MAX_RECORD", "MAX_EXPERIMENT"]
