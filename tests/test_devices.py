@@ -186,3 +186,30 @@ def test_ray_cluster_with_declared_gpus_packs_four_trials(tmp_path, monkeypatch,
     assert most_at_once([(s, f) for _, s, f in spans]) <= 4
     assert all(most_at_once([(s, f) for d, s, f in spans if d == g]) <= 2 for g in ("0", "1"))
     assert len(fallback_lines(caplog)) == 1
+
+
+def test_a_share_too_small_to_schedule_is_one_error():
+    from runners.sweep.devices import MIN_SHARE
+
+    for gpu in (5e-324, MIN_SHARE / 2):
+        with pytest.raises(PoolError, match="below the smallest share"):
+            DevicePool(gpu, ["0"])
+        with pytest.raises(PoolError, match="resources.gpu"):
+            ray_resources(ResourcesSpec(gpu=gpu))
+    assert packing(MIN_SHARE) == (10_000, 1)
+
+
+@pytest.mark.parametrize("visible, gpu", [("0,0", 2), ("0,1,0", 0.5), ("GPU-ab,GPU-ab", 1)])
+def test_a_device_listed_twice_is_one_error_naming_the_variable(visible, gpu):
+    with pytest.raises(PoolError, match=f"CUDA_VISIBLE_DEVICES={visible} names GPU .* twice"):
+        DevicePool.from_env(gpu, {"CUDA_VISIBLE_DEVICES": visible})
+    assert DevicePool.from_env(0, {"CUDA_VISIBLE_DEVICES": visible}).acquire().devices == ()  # no GPU asked
+
+
+def test_a_sweep_on_a_device_listed_twice_stops_before_training(tmp_path, monkeypatch):
+    from runners.sweep.driver import SweepError
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,0")
+    path = space_file(tmp_path, "{sampler: grid, trials: 2, concurrency: 2, resources: {gpu: 2}}", n=2)
+    with pytest.raises(SweepError, match="CUDA_VISIBLE_DEVICES=0,0 names GPU 0 twice"):
+        run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)

@@ -26,6 +26,7 @@ from nas.errors import LoopnasError
 
 ENV = "CUDA_VISIBLE_DEVICES"
 CPU = "cpu"
+MIN_SHARE = 1e-4  # of a GPU: the finest fraction Ray schedules
 log = logging.getLogger("loopnas.sweep")
 
 
@@ -55,9 +56,15 @@ def visible_gpus(environ=None) -> list[str]:
 
 
 def packing(gpu: float) -> tuple[int, int]:
-    """``(trials per GPU, GPUs per trial)`` for ``resources.gpu``; ``(0, 0)``: no GPU."""
+    """``(trials per GPU, GPUs per trial)`` for ``resources.gpu``; ``(0, 0)``: no GPU. A
+    share below :data:`MIN_SHARE` (Ray's resource precision) is a :class:`PoolError`."""
+    if not math.isfinite(gpu):
+        raise PoolError(f"resources.gpu: {gpu} is not a finite number of GPUs")
     if gpu <= 0:
         return 0, 0
+    if gpu < MIN_SHARE:
+        raise PoolError(f"resources.gpu: {gpu:g} is below the smallest share of a GPU, {MIN_SHARE:g} "
+                        f"(at most {round(1 / MIN_SHARE)} trials per GPU)")
     if gpu <= 1:
         return math.floor(1 / gpu + 1e-9), 1
     return 1, math.ceil(gpu - 1e-9)
@@ -76,6 +83,7 @@ def ray_resources(resources, alone: bool = False) -> dict:
     GPU for a fractional job rerun ``alone``, and ``accelerator_type`` as Ray's
     ``accelerator_type:<T>`` node resource (every node of that type offers 1 of it)."""
     gpu = resources.gpu
+    packing(gpu)  # a share too small to schedule is one clear error here too
     if alone and 0 < gpu < 1:
         gpu = 1.0
     out = {"cpu": resources.cpu, "gpu": gpu}
@@ -119,6 +127,9 @@ class DevicePool:
     def __post_init__(self) -> None:
         self.per_unit, width = packing(self.gpu)
         gpus = self.gpus if width else []
+        twice = next((g for i, g in enumerate(gpus) if g in gpus[:i]), None)
+        if twice is not None:  # one device would be given twice: to one trial, or to two as if apart
+            raise PoolError(f"{ENV}={','.join(gpus)} names GPU {twice} twice; list each GPU once")
         if width and gpus and len(gpus) < width:
             raise PoolError(f"resources.gpu: {self.gpu:g} needs {width} GPUs per trial; "
                             f"{len(gpus)} visible ({ENV}={','.join(gpus)})")
@@ -183,4 +194,4 @@ class FallbackNotice:
 
 
 __all__ = ["DevicePool", "FallbackNotice", "Placement", "PoolError", "job_placement", "packing",
-           "parse_visible", "ray_resources", "share", "visible", "visible_gpus", "ENV", "CPU"]
+           "parse_visible", "ray_resources", "share", "visible", "visible_gpus", "ENV", "CPU", "MIN_SHARE"]
