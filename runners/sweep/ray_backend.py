@@ -21,13 +21,94 @@ import functools
 import json
 import logging
 import os
+import socket
 import time
 from typing import Callable
+
+from nas.errors import LoopnasError
 
 from .devices import FallbackNotice, ray_resources
 from .driver import Sweep
 from .job import Job
 from .records import Rung
+
+
+TIMEOUT_ENV = "LOOPNAS_RAY_CONNECT_TIMEOUT"
+CONNECT_TIMEOUT = 10.0  # seconds for a cluster's head to answer (TIMEOUT_ENV overrides)
+START = "start a cluster with  ray start --head  and give the address it prints (or auto on its node)"
+# an HTTP/2 client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS, the Ray
+# Client server) answers with a SETTINGS frame of its own
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+class RayAddressError(LoopnasError):
+    """``--address`` names no Ray cluster that answers: one line, exit code 2."""
+
+
+def connect_timeout() -> float:
+    """The seconds a cluster's head has to answer: :data:`TIMEOUT_ENV`, else :data:`CONNECT_TIMEOUT`."""
+    try:
+        value = float(os.environ.get(TIMEOUT_ENV, CONNECT_TIMEOUT))
+    except ValueError:
+        raise RayAddressError(f"{TIMEOUT_ENV}={os.environ[TIMEOUT_ENV]}: not a number of seconds") from None
+    return value if 0 < value < 3600 else CONNECT_TIMEOUT
+
+
+def _probe(host: str, port: int, timeout: float) -> str:
+    """Why nothing at ``host:port`` answers as a gRPC server within ``timeout`` s, or ''."""
+    deadline = time.monotonic() + timeout
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            conn.sendall(_PREFACE)
+            head = b""
+            while len(head) < 9:
+                conn.settimeout(max(0.001, deadline - time.monotonic()))
+                chunk = conn.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except TimeoutError:
+        return f"no answer within {timeout:g} s"
+    except ConnectionRefusedError:
+        return "connection refused: nothing listens there"
+    except socket.gaierror as exc:
+        return f"unknown host ({exc.strerror})"
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    if len(head) < 9 or head[3] != 4:  # the frame type of SETTINGS
+        return "something answers there, but not a Ray head (gRPC): the dashboard's port?"
+    return ""
+
+
+def check_address(address: str | None, timeout: float | None = None) -> None:
+    """Refuse in one line, within ``timeout`` seconds (:func:`connect_timeout`), an
+    ``--address`` where no Ray cluster answers: empty, a URL, not ``host:port``, or a port
+    where nothing answers as Ray's head does. ``auto`` is resolved as Ray resolves it."""
+    if address is None:
+        return
+    timeout = connect_timeout() if timeout is None else timeout
+    text = address.strip()
+    if not text:
+        raise RayAddressError(f"--address is empty; {START}")
+    if "://" in text and not text.startswith("ray://"):
+        raise RayAddressError(f"--address {address}: a URL is not a Ray address (the head's host:port, "
+                              f"port 6379 unless ray start --port said otherwise); {START}")
+    target = text
+    if text == "auto":
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+            target = canonicalize_bootstrap_address("auto")
+        except Exception:  # Ray says it in several ways: none found, several found
+            target = None
+        if not target:
+            raise RayAddressError(f"--address auto: no running Ray cluster found on this machine; {START}")
+    host, sep, port = target.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise RayAddressError(f"--address {address}: not host:port; {START}")
+    why = _probe(host.strip("[]"), int(port), timeout)
+    if why:
+        where = "" if target == text else f" ({target})"
+        raise RayAddressError(f"--address {address}{where}: no Ray cluster: {why}; {START}")
 
 
 def _quiet_env() -> None:
@@ -153,21 +234,37 @@ def _request(resources, config: dict):
     return PlacementGroupFactory([{"CPU": cpu, "GPU": gpu, **wanted}])
 
 
+def _init(ray, address: str | None, num_cpus: int) -> None:
+    """Start a local Ray instance, or join the cluster at ``address`` (which passed
+    :func:`check_address`): a cluster that answers the probe and still refuses is one line."""
+    quiet = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+                 configure_logging=False)
+    if address is None:
+        ray.init(**quiet, num_cpus=num_cpus)
+        return
+    os.environ.setdefault("RAY_NUM_REDIS_GET_RETRIES", str(max(1, round(connect_timeout()))))  # ~1 s each
+    try:
+        ray.init(address=address.strip(), **quiet)
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
+        last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
+        raise RayAddressError(f"--address {address}: cannot join the Ray cluster there ({last}); {START}") from None
+
+
 def run_ray(sweep: Sweep, address: str | None = None, on_change: Callable[[], None] = lambda: None) -> None:
     """Run the sweep on Ray Tune; starts a local Ray instance unless ``address`` is given
     (``auto`` or ``host:port`` joins an existing cluster)."""
+    search = sweep.space.spec.search
+    ray_resources(search.resources)  # a share Ray cannot schedule: one line, before Ray starts
+    check_address(address)  # a cluster that does not answer: one line, before Ray starts
     _quiet_env()
     import ray
     from ray import tune
 
     from .trial import ray_trainable
 
-    search = sweep.space.spec.search
     started = not ray.is_initialized()
     if started:
-        local = {} if address else {"num_cpus": max(1, int(search.concurrency * search.resources.cpu))}
-        ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR,
-                 log_to_driver=False, configure_logging=False, **local)
+        _init(ray, address, max(1, int(search.concurrency * search.resources.cpu)))
     key = id(sweep)
     _LIVE[key] = (sweep, on_change, FallbackNotice())
     searcher, scheduler, callback = GateSearcher(key), ParetoScheduler(key), RecordCallback(key)
@@ -191,4 +288,4 @@ def run_ray(sweep: Sweep, address: str | None = None, on_change: Callable[[], No
         sweep.interrupted()
 
 
-__all__ = ["run_ray"]
+__all__ = ["CONNECT_TIMEOUT", "RayAddressError", "TIMEOUT_ENV", "check_address", "connect_timeout", "run_ray"]
