@@ -302,7 +302,7 @@ def run_cli(*args, timeout=600):
 def test_oneshot_sweep_end_to_end(tmp_path, one_thread):
     """``loopnas sweep`` trains the supernet, beam-searches, writes an experiment directory
     that status, report and export read; the extracted front reproduces its scores."""
-    path = space_file(tmp_path, "loops: [1, 2]\nsearch: {strategy: beam, width: 1, depth: 1}\n")
+    path = space_file(tmp_path, "loops: [1, 2]\nsearch: {strategy: beam, width: 1, depth: 1}\ncheck: false\n")
     exp = tmp_path / "exp"
     run = run_cli("sweep", path, "--out", exp)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -317,6 +317,9 @@ def test_oneshot_sweep_end_to_end(tmp_path, one_thread):
     assert status.returncode == 0, status.stderr[-2000:]
     data = json.loads(status.stdout)
     assert data["backend"] == "oneshot" and data["complete"] == len(trials) and data["front"]
+    # the self-check was switched off, and the sweep's last lines say so (tests/test_oneshot_check.py runs it)
+    assert data["oneshot_check"]["skipped"] and not (exp / "check").exists()
+    assert run.stdout.rindex("one-shot self-check: not checked (oneshot.check is false)") > run.stdout.rindex("Pareto front")
     # the extracted sub-networks give exactly the scores the search recorded
     space = load_space(path)
     config = supernet_config(space)
@@ -349,7 +352,7 @@ def test_oneshot_sweep_end_to_end(tmp_path, one_thread):
 def test_a_oneshot_sweep_cut_short_resumes_without_evaluating_twice(tmp_path, one_thread):
     from runners.sweep.run import run_sweep
 
-    path = space_file(tmp_path, "loops: [1, 2]\nsearch: {strategy: exhaustive}\n")
+    path = space_file(tmp_path, "loops: [1, 2]\nsearch: {strategy: exhaustive}\ncheck: false\n")
     exp = run_sweep(path, out=tmp_path / "exp", trials=5, progress=False)
     first = {t.id: t for t in read_trials(exp)}
     assert len(first) == 5 and json.loads((exp / "oneshot.json").read_text())["search"]["budget_spent"]
@@ -368,8 +371,8 @@ def test_bad_supernet_trainer_settings_are_one_error_before_anything_runs(tmp_pa
     path = space_file(tmp_path, "train: {stepz: 3}\n")
     with pytest.raises(SpecError, match=r"oneshot.train.stepz: unknown field 'stepz'"):  # validate names it
         run_sweep(path, out=tmp_path / "exp", progress=False)
-    with pytest.raises(SweepError, match="drop --engine"):
-        run_sweep(space_file(tmp_path, "sampling: ratio\n"), out=tmp_path / "exp", backend="ray", progress=False)
+    with pytest.raises(SweepError, match="--address joins a Ray cluster"):  # any engine, but a Ray address needs Ray
+        run_sweep(space_file(tmp_path, "sampling: ratio\n"), out=tmp_path / "exp", address="auto", progress=False)
     assert not (tmp_path / "exp").exists()
 
 

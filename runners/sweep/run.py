@@ -48,7 +48,7 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
         raise SweepError("--address joins a Ray cluster: use it with --engine ray")
     out = Path(out) if out is not None else default_out(space)
     if space.spec.oneshot is not None:
-        return _oneshot(space, out, backend, trials, resume, progress)
+        return _oneshot(space, out, backend, trials, resume, progress, address)
     sweep = Sweep(space, out, backend, trials=trials, resume=resume, seeds=seeds, planned=planned)
     console = Console(stderr=True)
     if progress:
@@ -74,17 +74,17 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
     return out
 
 
-def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: bool, progress: bool) -> Path:
+def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: bool, progress: bool,
+             address: str | None) -> Path:
     """A one-shot space: one supernet trained here, sub-networks evaluated here (see
-    :mod:`runners.oneshot.search`), recorded by the same driver."""
+    :mod:`runners.oneshot.search`), recorded by the same driver; then its self-check trains
+    a spot-check sample stand-alone on ``backend`` (:mod:`runners.oneshot.check`)."""
+    from runners.oneshot.check import run_check
     from runners.oneshot.search import planned, run_oneshot
     from runners.oneshot.supernet import OneShotError, eval_task, supernet_config
 
     from .driver import SweepError
 
-    if backend != DEFAULT_BACKEND:
-        raise SweepError(f"{space.source}: a one-shot sweep trains one supernet and evaluates in this "
-                         "process; drop --engine")
     try:
         eval_task(space, supernet_config(space))
     except OneShotError as exc:
@@ -105,9 +105,19 @@ def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: 
         bar.update(task, completed=min(sweep.total, c["complete"] + c["duplicate"]), description=_line(sweep))
 
     try:
-        run_oneshot(sweep, out, progress=progress, on_change=on_change)
+        try:
+            run_oneshot(sweep, out, progress=progress, on_change=on_change)
+        finally:
+            bar.stop()
+        if progress:
+            console.print(f"{space.name}: self-check, the spot-check sample trained stand-alone ({out / 'check'})",
+                          markup=False, highlight=False)
+        try:
+            check = run_check(space, list(sweep.records.values()), sweep.objectives, out, backend, address, progress)
+        except OneShotError as exc:
+            raise SweepError(str(exc)) from None
+        console.print(f"one-shot self-check: {check['verdict']}", markup=False, highlight=False, soft_wrap=True)
     finally:
-        bar.stop()
         sweep.close()
     return out
 
