@@ -189,3 +189,100 @@ def test_a_bad_out_is_one_line_and_writes_nothing(tmp_path, where):
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     assert run.stderr.strip().startswith("error: --out") and len(run.stderr.strip().splitlines()) == 1
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+# ---- the verdicts' statistics on the shipped spaces' designs (issue #29) ------------------
+
+
+def _candidates_of(space):
+    """The design's candidates as records hold them: parameter values (not labels), with the
+    parameters whose ``when`` does not hold left out, each candidate once."""
+    from nas.space import _label
+
+    kind, plan = design(space)
+    out = {}
+    for labels in plan:
+        params = {}
+        for name, label in labels.items():
+            spec = space.spec.params[name]
+            if all(_label(labels[o]) in {_label(a) for a in allowed} or labels[o] in allowed
+                   for o, allowed in spec.when.items()):
+                params[name] = next((c for c in spec.choices if _label(c) == label), label)
+        out[json.dumps(params, sort_keys=True)] = params
+    return kind, list(out.values())
+
+
+def _raw(cands, seeds, value):
+    from runners.calibrate import RawValue
+    return [RawValue(budget=1.0, trial=f"t{i:04d}", spec_hash=f"h{i}", params=p, seed=s, value=value(i, p, s))
+            for i, p in enumerate(cands) for s in range(seeds)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,seeds", [("quickstart", 5), ("mixerloop", 4), ("lt2", 3)])
+def test_no_axis_separates_on_null_data_beyond_alpha(name, seeds):
+    """Family-wise: on each shipped space's own design and seeds, with a seed effect and no
+    candidate effect, any axis or context called 'separates' in at most α of 120 simulated
+    calibrations plus 3 binomial standard errors."""
+    from runners.calibrate import ALPHA, analyse_raw
+
+    space = load_space(f"spaces/{name}.yaml")
+    kind, cands = _candidates_of(space)
+    rng = np.random.default_rng(len(name))
+    sims, hits = 120, 0
+    for _ in range(sims):
+        luck = rng.normal(0, 0.03, seeds)
+        noise = rng.normal(0, 0.03, (len(cands), seeds))
+        cal = analyse_raw(space, _raw(cands, seeds, lambda i, p, s: 0.5 + luck[s] + noise[i, s]), (1.0,), seeds,
+                          kind, len(cands))
+        hits += any(a.separates or any(c.separates for c in a.contexts) for a in cal.axes)
+    assert hits / sims <= ALPHA + 3 * np.sqrt(ALPHA * (1 - ALPHA) / sims)
+
+
+def test_the_standard_error_and_the_three_se_rule():
+    """s.e. is that of a difference of two level means (√2 · σ / √n: mutation drops the √2),
+    and an effect between 2 and 3 s.e. does not separate however small its p (mutation:
+    MIN_SE = 2)."""
+    from runners.calibrate import MIN_SE, analyse_raw
+
+    space = load_space("spaces/quickstart.yaml")
+    kind, cands = _candidates_of(space)
+    seeds = 5
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 1, (len(cands), seeds))
+    noise -= noise.mean(1, keepdims=True)  # every candidate's mean is exactly its planted value
+    noise /= noise.std(1, ddof=1, keepdims=True)  # and its sample s.d. exactly 0.01
+
+    def at(effect):
+        value = lambda i, p, s: 0.5 + effect * (p["mixer"] == "gdn") + 0.01 * noise[i, s]  # noqa: E731
+        return next(a for a in analyse_raw(space, _raw(cands, seeds, value), (1.0,), seeds, kind,
+                                           len(cands)).axes if a.param == "mixer")
+
+    axis = at(0.5)
+    # unpaired: pooled variance 0.01²; paired: what is left after the seed effect (0 here: none planted,
+    # but the noise is not shared, so the residual variance is close to 0.01²)
+    n = seeds * 3
+    assert axis.paired and axis.separates
+    assert axis.se == pytest.approx(np.sqrt(2 * _resid_var(noise * 0.01) / n), rel=1e-9)
+    # the rule itself: 2.5 s.e. with a tiny adjusted p does not separate; 3.1 s.e. does
+    from runners.calibrate import AxisResult, _separates, verdict
+    assert not _separates(2.5 * axis.se, axis.se, 1e-4) and _separates(3.1 * axis.se, axis.se, 1e-4)
+    assert not _separates(3.1 * axis.se, axis.se, 0.011)
+    small = AxisResult(param="mixer", levels=["gdn", "attn"], effect=2.5 * axis.se, se=axis.se, p_value=1e-4,
+                       p_upper=1e-4, p_adjusted=7e-4, p_floor=1e-5, paired=True, test="exact permutation test")
+    assert "under 3 s.e." in verdict(small, 7)
+
+
+def _resid_var(y):
+    """Residual variance of the candidate × seed table after both main effects (the paired s.e.'s)."""
+    r = y - y.mean(1, keepdims=True) - y.mean(0, keepdims=True) + y.mean()
+    return (r ** 2).sum() / ((y.shape[0] - 1) * (y.shape[1] - 1))
+
+
+def test_a_calibration_is_recomputed_from_its_raw_values(tmp_path):
+    space = load(tmp_path)
+    rng = np.random.default_rng(2)
+    cal = fabricate(space, tmp_path / "exp", 4, lambda p, s: 0.5 + 0.1 * (p["boundary"] == "block")
+                    + rng.normal(0, 0.02))
+    again = type(cal).model_validate_json(cal.model_dump_json()).reanalysed(space)
+    assert markdown(again) == markdown(cal) and len(cal.raw) == 16

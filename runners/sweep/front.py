@@ -88,10 +88,8 @@ def mark_ties(members: list[FrontPoint], quality: str | None,
     qualities and their seeds."""
     if quality is None or len(members) < 2:
         return members
-    pairs = [compare(*samples[i], *samples[i + 1]) if len(samples[i][0]) and len(samples[i + 1][0]) else None
+    pairs = [compare(samples[i][0], samples[i + 1][0], samples[i][1], samples[i + 1][1])
              for i in range(len(members) - 1)]
-    pairs = [p if p is not None else PairTest(math.nan, math.nan, math.nan, 0, False, "no replicates")
-             for p in pairs]
     apart = [p.separated() for p in pairs]
     out = []
     for i, m in enumerate(members):
