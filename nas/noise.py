@@ -42,7 +42,7 @@ __all__ = ["TIE_ALPHA", "Z", "PairTest", "PermutationResult", "SeedEffect", "Tau
 
 Z = 2.0  # early stopping's margin: beaten by more than Z combined standard errors
 TIE_ALPHA = 0.05  # a pair differs beyond seed noise when its two-sided test gives p < TIE_ALPHA
-EXACT_LIMIT = 1_000_000  # relabellings enumerated exactly; above, Monte Carlo
+EXACT_LIMIT = 1_000_000  # enumerated per context and for all contexts but the largest; above, Monte Carlo
 MC_DRAWS = (20_000, 400_000)  # Monte Carlo: first batch, most draws
 MC_LEVEL = 0.99  # the Monte Carlo interval whose upper end decides
 
@@ -269,6 +269,14 @@ def _paired_blocks(cells, seeds) -> list[np.ndarray] | None:
     return out
 
 
+def _why_unpaired(seed_blocks) -> str:
+    if seed_blocks is None:
+        return "seeds not known"
+    if any(len(set(s)) != len(s) for ctx in seed_blocks for s in ctx):
+        return "a level holds several candidates per seed (a conditional parameter averaged)"
+    return "seeds not shared by every level"
+
+
 def _multinomial(sizes: Sequence[int]) -> int:
     out = math.factorial(sum(sizes))
     for n in sizes:
@@ -371,7 +379,9 @@ def permutation_test(cells: Sequence[Sequence[Sequence[float]]],
     used (it stays valid, conservatively, under a seed effect), and where neither can, the one
     with the smaller floor. The choice depends on the design alone, never on the values.
 
-    Exact when the distinct relabellings number at most ``exact_limit``; otherwise Monte
+    Exact when each context's relabellings, and the product of all contexts' but the largest,
+    number at most ``exact_limit`` (contexts are independent, so the largest one's sorted
+    statistics are counted against the others' sums: 6¹⁰ relabellings cost 2 × 6⁵); otherwise Monte
     Carlo in batches until the ``MC_LEVEL`` Clopper–Pearson interval of p holds neither
     ``alpha`` nor any of ``thresholds`` (a multiplicity adjustment's, say), or the most draws
     are spent; ``p_upper`` is that interval's upper end, on which a decision should rest.
@@ -385,7 +395,7 @@ def permutation_test(cells: Sequence[Sequence[Sequence[float]]],
     sizes = [[v.size for v in b] for b in blocks]
     paired_blocks = _paired_blocks(blocks, seed_blocks)
     paired = paired_blocks is not None and permutation_floor(sizes, paired=True) < alpha
-    why = "seeds not shared by every level" if paired_blocks is None else \
+    why = _why_unpaired(seed_blocks) if paired_blocks is None else \
         f"a paired test of {min(min(s) for s in sizes)} seeds cannot go below p = " \
         f"{permutation_floor(sizes, paired=True):.2g}"
     if paired_blocks is not None and not paired and permutation_floor(sizes) >= alpha:
@@ -395,12 +405,17 @@ def permutation_test(cells: Sequence[Sequence[Sequence[float]]],
     use = paired_blocks if paired else blocks
     observed = float(_mc_stats_observed(use, paired))
     tol = 1e-9 * max(1.0, abs(observed))
-    count = math.prod(math.factorial(b.shape[1]) ** b.shape[0] for b in use) if paired else \
-        math.prod(_multinomial(s) for s in sizes)
-    if count <= exact_limit:
-        dist = _sum_distribution([_paired_stats(b) if paired else _unpaired_stats(b) for b in use])
-        p = float((dist >= observed - tol).mean())
-        return PermutationResult(max(p, floor), max(p, floor), floor, True, paired, count, observed, why)
+    counts = [math.factorial(b.shape[1]) ** b.shape[0] for b in use] if paired else \
+        [_multinomial(s) for s in sizes]
+    largest = max(range(len(counts)), key=counts.__getitem__)
+    if counts[largest] <= exact_limit and math.prod(counts) // counts[largest] <= exact_limit:
+        # contexts are independent: the other contexts' sums against the largest one, sorted
+        per = [_paired_stats(b) if paired else _unpaired_stats(b) for b in use]
+        rest = _sum_distribution(per[:largest] + per[largest + 1:])
+        last = np.sort(per[largest])
+        hits = int((last.size - np.searchsorted(last, observed - tol - rest, side="left")).sum())
+        p = hits / math.prod(counts)
+        return PermutationResult(max(p, floor), max(p, floor), floor, True, paired, math.prod(counts), observed, why)
     from scipy import stats
 
     rng = np.random.default_rng(seed)

@@ -564,10 +564,37 @@ def markdown(cal: Calibration) -> str:
                     cells = (f"**{cells[0]}**", *cells[1:-1], "**yes**" if cells[-1] == "yes" else "no")
                 lines.append("| " + " | ".join(cells) + " |")
             lines += [""] + [f"- `{a.param}`: {a.verdict}" for a in axes] + [""]
+        lines += _raw_table(cal, b.multiple)
     for r in cal.rank_agreement:
         lines.append(f"Rank agreement {r['from']:g}× → {r['to']:g}×: Kendall τ = {_f(r['tau'])} "
                      f"over {r['candidates']} candidates.")
     return "\n".join(lines) + "\n"
+
+
+def _raw_table(cal: Calibration, multiple: float) -> list[str]:
+    """Every candidate's replicate values by seed (the raw values the tables above come from)."""
+    from nas.noise import mean_se
+
+    mine = [v for v in cal.raw if v.budget == multiple]
+    if not mine:
+        return []
+    seeds = sorted({v.seed for v in mine})
+    ks = sorted({v.k for v in mine}, key=lambda k: (k is not None, k or 0))
+    lines = [f"Per candidate, {cal.metric} by seed" + (" and loop count k (—: the last point)" if len(ks) > 1 else "")
+             + ":", "", "| trial | parameters | k | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± s.e. |",
+             "|" + "---|" * (4 + len(seeds))]
+    trials = {v.trial: v.params for v in mine}
+    for t in sorted(trials):
+        params = ", ".join(f"{k}={_label(v)}" for k, v in trials[t].items())
+        for k in ks:
+            at = {v.seed: v.value for v in mine if v.trial == t and v.k == k}
+            if not at:
+                continue
+            m, se = mean_se(list(at.values()))
+            cells = [f"{at[s]:.4f}" if s in at else "" for s in seeds]
+            lines.append(f"| {t} | {params} | {'—' if k is None else k} | " + " | ".join(cells)
+                         + f" | {m:.4f}" + (f" ± {se:.4f}" if math.isfinite(se) else "") + " |")
+    return lines + [""]
 
 
 def _p(t: Test) -> str:
@@ -586,6 +613,8 @@ def _f(x: float | None) -> str:
 def figure(cal: Calibration, path: Path) -> Path:
     """Per axis (and context): the effect with 3 s.e. of seed noise drawn beside it."""
     from matplotlib.figure import Figure
+
+    from runners.checkpoint import save_figure
 
     rows = []
     for a in cal.axes:
@@ -607,19 +636,15 @@ def figure(cal: Calibration, path: Path) -> Path:
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
-    fig.savefig(path, dpi=150, facecolor="white")
-    return path
+    return save_figure(fig, path, dpi=150, facecolor="white")  # never through a symlink at path
 
 
 def find(exp_dir: Path) -> Calibration | None:
-    """The calibration of an experiment's space, when one exists: ``EXP/calibration/``."""
-    path = Path(exp_dir) / CALIBRATION / "calibration.json"
-    if not path.is_file():
-        return None
-    try:
-        return Calibration.model_validate_json(path.read_text())
-    except ValueError:
-        return None
+    """The calibration of an experiment's space, when one exists: ``EXP/calibration/`` (read
+    bounded: a FIFO, a device or an oversized file is one warning and None)."""
+    from runners.sweep.records import MAX_EXPERIMENT, read_optional
+
+    return read_optional(Path(exp_dir) / CALIBRATION / "calibration.json", Calibration, MAX_EXPERIMENT)
 
 
 __all__ = ["CALIBRATION", "RULE", "Calibration", "RawValue", "analyse", "analyse_raw", "design", "find", "markdown", "run_calibration",

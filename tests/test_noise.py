@@ -280,14 +280,15 @@ def test_permutation_floor_is_the_exact_smallest_p():
 def test_monte_carlo_brackets_the_exact_p_and_decides_on_its_upper_end():
     rng = np.random.default_rng(9)
     cells = [[list(rng.normal(l * 0.5, 1, 5)) for l in range(3)] for _ in range(2)]
-    seeds = [[list(range(5))] * 3] * 2  # 6^10 relabellings: Monte Carlo
-    mc = permutation_test(cells, seeds, alpha=0.05)
-    exact = permutation_test(cells, seeds, exact_limit=10 ** 8)
+    seeds = [[list(range(5))] * 3] * 2  # 6^10 relabellings: exact as 6^5 sorted against 6^5
+    mc = permutation_test(cells, seeds, alpha=0.05, exact_limit=1000)
+    exact = permutation_test(cells, seeds)
+    assert exact.relabellings == 6 ** 10
     assert not mc.exact and exact.exact
     assert mc.p <= mc.p_upper and abs(mc.p - exact.p) < 4 * math.sqrt(exact.p * (1 - exact.p) / mc.relabellings) + 1e-4
     # the observed relabelling is counted: p is never 0 (mutation: no +1)
     strong = [[list(l * 10 + rng.normal(0, 0.1, 5)) for l in range(3)] for _ in range(2)]
-    r = permutation_test(strong, seeds)
+    r = permutation_test(strong, seeds, exact_limit=1000)
     assert not r.exact and r.p >= 1 / (r.relabellings + 1) and r.p_upper < ALPHA
 
 
