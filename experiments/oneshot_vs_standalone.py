@@ -99,7 +99,7 @@ LOOP_SPACE = {
 }
 
 # The loop axis on 3-hop induction heads (``--task hop``): the quickstart's proxy, on which a
-# loop lifts one GDN layer beyond seed noise (experiments/results/quickstart_seeds.md); the
+# loop lifts one GDN layer beyond seed noise (experiments/results/calibration_quickstart.md); the
 # pair at the quickstart's width and lr.
 HOP_LOOP_SPACE = {
     **LOOP_SPACE,
