@@ -132,7 +132,8 @@ def figure(t: Transfer, path: Path) -> Path:
     ax.set_xlabel("unique parameters (log)" + (" — open diamonds: EXTRAPOLATED" if t.extrapolation else ""))
     ax.set_ylabel(f"{t.metric} ({'higher' if t.direction == 'maximize' else 'lower'} is better), mean ± s.e.")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best", ncol=2 if len(base.candidates) > 6 else 1)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.16), ncol=4,
+              title="solid: base front · dashed: rivals", title_fontsize=7)
     _pair_bars(bars, t.scales[1:])
     fig.suptitle("\n".join(textwrap.wrap(f"{t.space}: {t.verdict}", 120)), fontsize=10)
     fig.tight_layout()
