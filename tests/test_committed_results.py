@@ -28,3 +28,29 @@ def test_the_committed_markdown_is_regenerated_from_the_raw_values(name):
 
 def test_there_are_committed_calibrations():
     assert {"quickstart", "mixerloop"} <= set(NAMES)
+
+
+def _readme_row(question):
+    line = next(l for l in (ROOT / "README.md").read_text().splitlines() if l.startswith(f"| {question} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_the_readme_quickstart_table_is_the_committed_calibration():
+    """The README's calibration table: each number is the committed calibration's, regenerated."""
+    from nas.space import load_space
+    from runners.calibrate import Calibration, _p, levels_text
+
+    cal = Calibration.model_validate_json((ROOT / "experiments/results/calibration_quickstart.json").read_text())
+    cal = cal.reanalysed(load_space(ROOT / cal.source))
+    axes = {a.param: a for a in cal.axes}
+    ctx = {c.context["mixer"]: c for c in axes["boundary"].contexts}
+    for question, c in [("loop, for GDN", ctx["gdn"]), ("loop, for attention", ctx["attn"])]:
+        row = _readme_row(question)
+        assert row[1] == levels_text(c) and row[3] == _p(c) and row[4] == f"{c.p_adjusted:.2g}"
+        assert row[2].startswith(f"{c.effect:.3g}") and row[5] == ("yes" if c.separates else "no")
+    row, mixer = _readme_row("mixer"), axes["mixer"]
+    assert row[2] == f"{mixer.effect:.3g} ({mixer.effect / mixer.se:.1f} s.e.)"
+    assert row[3] == _p(mixer) and row[4] == f"{mixer.p_adjusted:.2g}" and row[5] == "yes" == (
+        "yes" if mixer.separates else "no")
+    gdn = _readme_row("loop, for GDN")
+    assert gdn[2] == f"{ctx['gdn'].effect:.3g} ({ctx['gdn'].effect / ctx['gdn'].se:.1f} s.e.)"
