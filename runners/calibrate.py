@@ -122,9 +122,23 @@ class RawValue(BaseModel):
     value: float
 
 
+def space_key(space: dict[str, Any]) -> str:
+    """What defines a space's candidates and their quality (base, parameters, match,
+    constraints, objectives, the proxy's task), hashed: a calibration is shown beside an
+    experiment only when the keys agree."""
+    import hashlib
+
+    proxy = space.get("proxy") or {}
+    keep = {k: space.get(k) for k in ("base", "params", "match", "constraints", "objectives")}
+    keep["task"] = (proxy.get("task"), proxy.get("task_params"))
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 class Calibration(BaseModel):
     space: str
     source: str = Field("", description="the space file (the analysis is redone from it and raw)")
+    space_key: str = Field("", description="calibrate.space_key of the space calibrated ('': written before "
+                           "it was kept)")
     metric: str
     direction: str
     seeds: int
@@ -492,7 +506,8 @@ def analyse_raw(space: Space, raw: list[RawValue], budgets: tuple[float, ...], s
         common = sorted(set(means[0]) & set(m))
         tau = kendall_tau([means[0][h] for h in common], [m[h] for h in common]) if len(common) >= 3 else math.nan
         agreement.append({"from": budgets[0], "to": b, "tau": tau, "candidates": len(common)})
-    return Calibration(space=space.name, source=str(space.source), metric=quality.name, direction=quality.direction,
+    return Calibration(space=space.name, source=str(space.source), space_key=space_key(space.spec.model_dump(mode="json")),
+                       metric=quality.name, direction=quality.direction,
                        seeds=seeds, design=kind, candidates=planned, axes=results[-1].axes, budgets=results,
                        rank_agreement=agreement, looks=looks, raw=raw)
 
@@ -639,13 +654,32 @@ def figure(cal: Calibration, path: Path) -> Path:
     return save_figure(fig, path, dpi=150, facecolor="white")  # never through a symlink at path
 
 
-def find(exp_dir: Path) -> Calibration | None:
+def find(exp_dir: Path, space: dict[str, Any] | None = None) -> Calibration | None:
     """The calibration of an experiment's space, when one exists: ``EXP/calibration/`` (read
-    bounded: a FIFO, a device or an oversized file is one warning and None)."""
+    bounded: a FIFO, a device or an oversized file is one warning and None). With ``space``
+    (the experiment's space as its record holds it), a calibration of another space, or one
+    with no budget or an empty cell, is one warning and None."""
+    import logging
+
     from runners.sweep.records import MAX_EXPERIMENT, read_optional
 
-    return read_optional(Path(exp_dir) / CALIBRATION / "calibration.json", Calibration, MAX_EXPERIMENT)
+    path = Path(exp_dir) / CALIBRATION / "calibration.json"
+    cal = read_optional(path, Calibration, MAX_EXPERIMENT)
+    if cal is None:
+        return None
+    why = ""
+    if not cal.budgets:
+        why = "it holds no budget"
+    elif any(not c.values for axes in [cal.axes, *(x for b in cal.budgets for x in [b.axes, *b.per_k.values()])]
+             for a in axes for ctx in a.contexts for c in ctx.cells):
+        why = "a cell holds no values"
+    elif space is not None and cal.space_key and cal.space_key != space_key(space):
+        why = f"it calibrates another space ({cal.space}: its base, parameters or proxy differ)"
+    if why:
+        logging.getLogger("loopnas.records").warning("warning: %s: not shown (%s)", path, why)
+        return None
+    return cal
 
 
-__all__ = ["CALIBRATION", "RULE", "Calibration", "RawValue", "analyse", "analyse_raw", "design", "find", "markdown", "run_calibration",
+__all__ = ["CALIBRATION", "RULE", "space_key", "Calibration", "RawValue", "analyse", "analyse_raw", "design", "find", "markdown", "run_calibration",
            "scaled", "write"]

@@ -286,3 +286,25 @@ def test_a_calibration_is_recomputed_from_its_raw_values(tmp_path):
                     + rng.normal(0, 0.02))
     again = type(cal).model_validate_json(cal.model_dump_json()).reanalysed(space)
     assert markdown(again) == markdown(cal) and len(cal.raw) == 16
+
+
+def test_find_refuses_a_calibration_of_another_space_and_a_hollow_one(tmp_path, caplog):
+    """A calibration is shown beside an experiment only when it calibrates that space: one of
+    another space under the same name, one with no budget or with an empty cell is one warning
+    and nothing shown (issue #34)."""
+    from runners.calibrate import find, space_key, write
+
+    space = load(tmp_path)
+    cal = fabricate(space, tmp_path / "exp", 3, lambda p, s: 0.5 + 0.01 * s)
+    (tmp_path / "c" / "calibration").mkdir(parents=True)
+    write(cal, tmp_path / "c" / "calibration")
+    mine = space.spec.model_dump(mode="json")
+    assert find(tmp_path / "c", mine) is not None and cal.space_key == space_key(mine)
+    other = load(tmp_path, SPACE.replace("choices: [96, 128]", "choices: [96, 160]")).spec.model_dump(mode="json")
+    with caplog.at_level("WARNING"):
+        assert find(tmp_path / "c", other) is None
+    assert "calibrates another space" in caplog.text
+    for hollow in (cal.model_copy(update={"budgets": []}),
+                   type(cal).model_validate_json(cal.model_dump_json().replace('"values":[', '"values":[] ,"x":[', 1))):
+        (tmp_path / "c" / "calibration" / "calibration.json").write_text(hollow.model_dump_json())
+        assert find(tmp_path / "c", mine) is None

@@ -127,7 +127,8 @@ def _calibration(exp: Experiment) -> str:
 
     from runners.calibrate import CALIBRATION, COLUMNS, RULE, find, rows
 
-    cal = (find(exp.dir) if exp.dir else None) or find(Path("runs") / exp.record.name)
+    space = exp.record.space
+    cal = (find(exp.dir, space) if exp.dir else None) or find(Path("runs") / exp.record.name, space)
     if cal is None:
         return ""
     budget = cal.budgets[-1]
