@@ -403,7 +403,7 @@ def permutation_test(cells: Sequence[Sequence[Sequence[float]]],
         paired = permutation_floor(sizes, paired=True) <= permutation_floor(sizes)
     floor = permutation_floor(sizes, paired=paired)
     use = paired_blocks if paired else blocks
-    observed = float(_mc_stats_observed(use, paired))
+    observed = float(_observed(use, paired))
     tol = 1e-9 * max(1.0, abs(observed))
     counts = [math.factorial(b.shape[1]) ** b.shape[0] for b in use] if paired else \
         [_multinomial(s) for s in sizes]
@@ -435,7 +435,7 @@ def permutation_test(cells: Sequence[Sequence[Sequence[float]]],
     return PermutationResult(p, max(hi, p), floor, False, paired, draws, observed, why)
 
 
-def _mc_stats_observed(blocks, paired: bool) -> float:
+def _observed(blocks, paired: bool) -> float:
     total = 0.0
     for b in blocks:
         if paired:
