@@ -245,8 +245,6 @@ def beam_search(score: Callable[[State], float | None], start: Iterable[State],
     return best, seen
 
 
-# ---- the self-check: does the one-shot ranking agree with stand-alone training? ---------
-
 AGREE_ALPHA = 0.01  # "agrees": τ > 0 and its one-sided permutation p below this
 
 
