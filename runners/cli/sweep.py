@@ -24,6 +24,8 @@ def sweep_cmd(
     """Search a space and write an experiment directory (default runs/<space name>).
     A one-shot space (with a oneshot: section) trains one supernet, then evaluates its
     sub-networks with its weights, each a trial; the front's are extracted with weights.
+    Then it checks itself: a spot-check sample trained stand-alone with seeds (OUT/check,
+    oneshot.check) says whether the one-shot ranking agrees with stand-alone training.
 
     Examples:
       loopnas sweep spaces/quickstart.yaml
