@@ -54,3 +54,45 @@ def test_the_readme_quickstart_table_is_the_committed_calibration():
         "yes" if mixer.separates else "no")
     gdn = _readme_row("loop, for GDN")
     assert gdn[2] == f"{ctx['gdn'].effect:.3g} ({ctx['gdn'].effect / ctx['gdn'].se:.1f} s.e.)"
+
+
+def test_the_readme_front_is_the_quickstarts_candidates_recomputed():
+    """The README's printed front (means ± s.e., p_front, ≈ and the noise sentence) is what
+    runners.sweep.front gives on the committed per-seed values of the same candidates (the
+    quickstart sweep trains exactly the calibration's grid with the same seeds)."""
+    import optuna
+
+    from nas.cost import projection_flops
+    from nas.space import _label, load_space
+    from runners.calibrate import Calibration
+    from runners.sweep.front import front, noise_sentence
+    from runners.sweep.records import Objective, Point, Replicate, TrialRecord
+
+    cal = Calibration.model_validate_json((ROOT / "experiments/results/calibration_quickstart.json").read_text())
+    space = load_space(ROOT / cal.source)
+    objectives = [Objective(name="acc", direction="maximize", measured=True),
+                  Objective(name="projection_flops", direction="minimize", measured=False)]
+    records = []
+    for i, trial in enumerate(sorted({v.trial for v in cal.raw})):
+        vals = [v for v in cal.raw if v.trial == trial and v.k is None]
+        arch = space.candidate(optuna.trial.FixedTrial({k: _label(x) for k, x in vals[0].params.items()}))[0]
+        flops = projection_flops(arch).total
+        reps = [Replicate(index=j, seed=v.seed, status="complete",
+                          points=[Point(values={"acc": v.value, "projection_flops": flops})]) for j, v in enumerate(vals)]
+        mean = sum(v.value for v in vals) / len(vals)
+        records.append(TrialRecord(id=f"t{i:04d}", number=i, status="complete", replicates=reps,
+                                   points=[Point(values={"acc": mean, "projection_flops": flops}, n=len(vals))]))
+    members = front(records, objectives)
+    block = (ROOT / "README.md").read_text().split("It ends with this front")[1].split("```")[1]
+    rows = [l for l in block.splitlines() if l.startswith("│ t")]
+    assert len(rows) == len(members)
+    for row, m in zip(rows, members):
+        cells = [c.strip() for c in row.strip("│").split("│")]
+        import math
+        se = math.sqrt(sum((r.points[0].values["acc"] - m.values["acc"]) ** 2
+                           for r in next(x for x in records if x.id == m.trial).replicates) / (m.n - 1) / m.n)
+        assert cells[1] == f"{m.values['acc']:.4f} ± {se:.2g}"
+        assert cells[2] == f"{m.values['projection_flops']:.4g}"
+        assert cells[3] == f"{m.p_front:.2f}" + (" ≈" if m.tied else "")
+    sentence = " ".join(l.strip() for l in block.splitlines() if not l.startswith(("│", "┃")) and l.strip())
+    assert sentence == noise_sentence(members, "acc", 5) + " (≈: within noise of a neighbour)"
