@@ -19,6 +19,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 # Every command module, registered in this order (a module is one command); a module that
@@ -28,10 +29,21 @@ _COMMANDS = ("validate", "show", "graph", "cost", "train", "sweep", "calibrate",
 
 
 def _register() -> None:
-    """Import each command module; each registers itself on ``app``."""
+    """Import each command module; each registers itself on ``app``. ``loopnas --help`` lists
+    each command by the first sentence of its docstring, whatever its line breaks."""
     import importlib
     for name in _COMMANDS:
         importlib.import_module(f"{__name__}.{name}")
+    for command in app.registered_commands:
+        if command.short_help is None and command.callback is not None:
+            command.short_help = first_sentence(command.callback.__doc__ or "")
+
+
+def first_sentence(doc: str) -> str:
+    """The docstring's first sentence on one line (up to the first '. ' or blank line)."""
+    text = " ".join(doc.strip().split("\n\n")[0].split())
+    head, dot, _ = text.partition(". ")
+    return head + "." if dot else text
 
 
 _register()
