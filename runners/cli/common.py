@@ -1,6 +1,7 @@
 """Option aliases and helpers shared by the commands."""
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -32,7 +33,16 @@ SeqLenOpt = Annotated[int | None, typer.Option(
     "--seq-len", help="Context length at which sequence-mixing FLOPs and memory are priced.", show_default=False)]
 TokensOpt = Annotated[float | None, typer.Option(
     "--tokens", help="A token count (e.g. 2e5 or 52.43e9).", show_default=False)]
-EngineOpt = Annotated[str | None, typer.Option(
+
+
+class Engine(str, Enum):
+    """What runs a sweep's trials (``runners.sweep.run``)."""
+
+    optuna = "optuna"
+    ray = "ray"
+
+
+EngineOpt = Annotated[Engine | None, typer.Option(
     "--engine", help="What runs the trials: optuna (local worker processes, the default) or ray (Ray Tune: "
                      "a local instance, or a cluster with --address).", show_default=False)]
 # --backend names the model backend (auto, torch, fla) of train and bench
@@ -48,10 +58,11 @@ def token_count(tokens: float | None) -> int | None:
     return int(tokens)
 
 
-def pick_engine(given: str | None, old: str | None) -> str | None:
-    """``--engine``, or its deprecated spelling ``--backend`` with one line on stderr."""
+def pick_engine(given: Engine | None, old: str | None = None) -> str | None:
+    """``--engine`` as a plain name, or its deprecated spelling ``--backend`` with one line on
+    stderr."""
     if old is None:
-        return given
+        return None if given is None else Engine(given).value
     if given is not None:
         raise UsageError("give --engine only (--backend is its deprecated spelling)")
     console_err.print("warning: --backend is deprecated here: use --engine (--backend is the model backend "

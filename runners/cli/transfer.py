@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import app
-from .common import EngineOpt, OutOpt, UsageError, console
+from .common import EngineOpt, OutOpt, UsageError, console, pick_engine
 
 
 def _scales(text: str | None) -> tuple[float, ...] | None:
@@ -93,7 +93,7 @@ def transfer_cmd(
     where = Path(out) if out is not None else Path(exp) / TRANSFER
     try:
         t = run_transfer(exp, out=where, scales=_scales(scales), steps_rule=steps_rule, seeds=seeds,
-                         candidates=candidates, engine=engine or DEFAULT_BACKEND, address=address, target=target)
+                         candidates=candidates, engine=pick_engine(engine) or DEFAULT_BACKEND, address=address, target=target)
     except KeyboardInterrupt:
         console.print(f"interrupted: run the same command again to continue ({where})", markup=False, highlight=False)
         raise typer.Exit(130) from None
