@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from .budget import match_budget
-from .errors import Problem, SpecError, from_validation_error
+from .errors import Problem, SpecError, from_validation_error, suggest
 from .lower import lower, lower_loop
 from .placement import placement
 from .spec import ArchSpec, LoopSugar
@@ -133,7 +133,26 @@ def parse_yaml(text: str, source: str | None = None) -> dict[str, Any]:
     return data
 
 
+_STRUCTURE = sorted(set(ArchSpec.model_fields) - {"name", "description"})
+
+
+def not_a_spec(data: dict[str, Any]) -> str | None:
+    """Why a mapping is not an architecture spec at all (None: it is one, or near enough
+    that its field errors are the useful answer): none of its keys is a field of a spec's
+    structure, so it is some other file (a space, ``/proc/self/status``)."""
+    unknown = [k for k in data if k not in ArchSpec.model_fields]
+    if not unknown or any(k in _STRUCTURE for k in data):
+        return None
+    shown = ", ".join(repr(str(k))[:40] for k in unknown[:4]) + (", ..." if len(unknown) > 4 else "")
+    hint = next((h for h in (suggest(str(k), _STRUCTURE) for k in unknown[:100]) if h), "")
+    return (f"not an architecture spec: none of its {len(unknown)} keys ({shown}) is a spec field; "
+            f"{hint}a spec has model, and layers or num_layers")
+
+
 def spec_from_dict(data: dict[str, Any], source: str | None = None) -> ArchSpec:
+    problem = not_a_spec(data) if isinstance(data, dict) else None
+    if problem is not None:
+        raise SpecError([Problem("", problem)], source)
     try:
         return ArchSpec.model_validate(data)
     except ValidationError as exc:
@@ -144,12 +163,16 @@ def read_text(path: str | Path, what: str = "spec") -> tuple[str, str]:
     """The UTF-8 text of a spec or space file, at most :data:`MAX_BYTES`, and its name."""
     p = Path(path)
     if not p.is_file():
-        raise SpecError([Problem("", f"no such file; give the path of a .yaml {what}")], str(p))
+        why = "not a regular file" if p.exists() else "no such file"
+        raise SpecError([Problem("", f"{why}; give the path of a .yaml {what}")], str(p))
     try:
-        if p.stat().st_size > MAX_BYTES:
-            raise SpecError([Problem("", f"{p.stat().st_size:,} bytes is larger than any {what} "
+        with p.open("rb") as f:  # at most one byte past the cap: a file may grow, /proc's say size 0
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            size = max(p.stat().st_size, len(raw))
+            raise SpecError([Problem("", f"{size:,} bytes is larger than any {what} "
                                          f"(at most {MAX_BYTES:,}); is this the right file?")], str(p))
-        return p.read_text(encoding="utf-8"), str(p)
+        return raw.decode("utf-8"), str(p)
     except UnicodeDecodeError as exc:
         raise SpecError([Problem("", f"not UTF-8 text (byte {exc.start}); save the {what} as "
                                      "UTF-8 YAML")], str(p)) from None
@@ -268,5 +291,5 @@ def dump_yaml(spec: ArchSpec) -> str:
                      default_flow_style=None, width=100)
 
 
-__all__ = ["MAX_BYTES", "MAX_NODES", "read_text", "parse_yaml", "spec_from_dict", "load_spec", "loads_spec", "resolve",
+__all__ = ["MAX_BYTES", "MAX_NODES", "read_text", "parse_yaml", "not_a_spec", "spec_from_dict", "load_spec", "loads_spec", "resolve",
            "load_arch", "loads_arch", "dump_yaml"]

@@ -21,6 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 CURRICULUM_STAGES = (8, 16, 32, 64, 128, 256)
 PROXY_ONLY = ("seeds",)
 """Proxy fields the sweep reads itself; the trainer never sees them."""
+MAX_SEEDS = 64
+"""The most seed replicates per candidate: each is a whole training run (and its record)."""
+MAX_STEPS = 10**8
+"""The most optimizer steps of one proxy run (a proxy that long is a pre-training run)."""
+MAX_TOKENS = 10**15
+"""The largest token budget of one proxy run."""
 
 
 class _Data(BaseModel):
@@ -47,10 +53,10 @@ class TrainConfig(_Data):
 
     task: str = "mqar"
     task_params: dict[str, Any] = Field(default_factory=dict)
-    steps: PositiveInt | None = Field(None, description="optimizer steps; with a curriculum, a cap "
-                                      "on the whole run (default: every stage's budget)")
-    tokens: PositiveInt | None = Field(None, description="token budget: steps = ceil(tokens / "
-                                       "tokens per step)")
+    steps: PositiveInt | None = Field(None, le=MAX_STEPS, description="optimizer steps; with a "
+                                      "curriculum, a cap on the whole run (default: every stage's budget)")
+    tokens: PositiveInt | None = Field(None, le=MAX_TOKENS, description="token budget: steps = "
+                                       "ceil(tokens / tokens per step)")
     batch_size: PositiveInt = 32
     grad_accum: PositiveInt = 1
     lr: float = Field(3e-3, gt=0, allow_inf_nan=False)
@@ -106,7 +112,7 @@ class ProxySpec(TrainConfig):
     candidate. ``steps`` or ``tokens`` may come from a one-shot space's ``oneshot.train``
     instead, so a missing budget is checked where the space is read."""
 
-    seeds: PositiveInt = 1
+    seeds: PositiveInt = Field(1, le=MAX_SEEDS)
 
     @model_validator(mode="after")
     def _budget(self) -> "ProxySpec":
@@ -340,6 +346,6 @@ def sampler_class(sampler: str) -> str | None:
     return name if name in SAMPLER_PARAMS else None
 
 
-__all__ = ["CURRICULUM_STAGES", "PROXY_ONLY", "CurriculumConfig", "CurriculumSpec", "ProxySpec",
+__all__ = ["CURRICULUM_STAGES", "PROXY_ONLY", "MAX_SEEDS", "MAX_STEPS", "MAX_TOKENS", "CurriculumConfig", "CurriculumSpec", "ProxySpec",
            "TrainConfig", "TASK_PARAMS", "TASK_METRICS", "task_metrics", "hop_counts",
            "CURRICULUM_SET", "SAMPLER_CLASSES", "SAMPLER_PARAMS", "SET_BY_SWEEP", "sampler_class"]

@@ -43,6 +43,7 @@ import hashlib
 import importlib.util
 import json
 import math
+import os
 import re
 import types
 import typing
@@ -53,7 +54,7 @@ from typing import Annotated, Any, Callable, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from .errors import Problem, SpecError, from_validation_error, suggest
-from .load import parse_yaml, read_text, resolve, spec_from_dict
+from .load import not_a_spec, parse_yaml, read_text, resolve, spec_from_dict
 from .oneshot import OneShotCheckSpec
 from .proxy import (
     CURRICULUM_SET, PROXY_ONLY, SAMPLER_CLASSES, SAMPLER_PARAMS, SET_BY_SWEEP, TASK_METRICS, TASK_PARAMS, ProxySpec,
@@ -96,6 +97,16 @@ MAX_SCALES = 8
 """The most scales a space may name: each is a model to train far larger."""
 MAX_SCALE_FACTOR = 64.0
 """The largest width multiple a scale may ask for (a scale's target may not need more)."""
+MAX_TRIALS = 100_000
+"""The most trials a sweep may ask for (as many as a grid may list)."""
+MAX_CONCURRENCY = 1024
+"""The most trials a sweep may run at once (each a process, or a Ray actor)."""
+MAX_CPUS = 1024
+"""The most CPUs one trial may ask for (its torch threads); a local sweep also checks the machine's."""
+MAX_GPUS = 64
+"""The most GPUs one trial may ask for."""
+MIN_GPU_SHARE = 1 / 64
+"""The finest share of a GPU a trial may ask for: 64 trials on one GPU."""
 _CONSTRAINT = re.compile(r"^\s*(\w+)\s*(?:\(([^)]*)\))?\s*(<=|>=|<|>)\s*([-+0-9.eE_]+)\s*$")
 
 
@@ -215,8 +226,8 @@ class ResourcesSpec(_Data):
 class SearchSpec(_Data):
     sampler: str = "tpe"
     sampler_params: dict[str, Any] = Field(default_factory=dict)
-    trials: PositiveInt = 8
-    concurrency: PositiveInt = 2
+    trials: PositiveInt = Field(8, le=MAX_TRIALS)
+    concurrency: PositiveInt = Field(2, le=MAX_CONCURRENCY)
     resources: ResourcesSpec = ResourcesSpec()
     early_stopping: EarlyStopSpec | None = None
     trial_timeout: float | None = Field(None, gt=0, allow_inf_nan=False, description="seconds per trial")
@@ -356,7 +367,9 @@ class Space:
         if self.sample_fn is not None:
             try:
                 out = self.sample_fn(trial, base)
-            except Exception as exc:  # the user's code: this candidate is infeasible, with why
+            except BaseException as exc:  # the user's code (sys.exit too): this candidate is infeasible, with why
+                if type(exc) is KeyboardInterrupt:  # Ctrl-C itself
+                    raise
                 raise SpecError([Problem("sample", f"raised {_one_line(exc)}")], str(self.source)) from None
             data = out.model_dump(mode="json", exclude_unset=True) if isinstance(out, ArchSpec) else out
             if not isinstance(data, dict):
@@ -395,6 +408,46 @@ class Space:
 
 
 _MISSING = object()
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def identity(space: Space) -> dict[str, str]:
+    """What defines a space's candidates and their scores beyond the space's own mapping,
+    hashed: the base spec it resolves to (``base``: the file's or shipped spec's mapping),
+    a Python space's source (``source``: the file's bytes, so an edited ``sample()``), the
+    proxy and the objectives. A sweep stores it at start; a resume compares it
+    (:func:`changes`)."""
+    out = {"proxy": _digest(space.spec.proxy.model_dump(mode="json")),
+           "objectives": _digest([o.model_dump(mode="json") for o in space.spec.objectives])}
+    if space.base is not None:
+        out["base"] = _digest(space.base)
+    if space.sample_fn is not None:
+        try:
+            out["source"] = hashlib.sha256(Path(space.source).read_bytes()).hexdigest()[:16]
+        except OSError:
+            pass
+    return out
+
+
+def changes(space: Space, old_space: dict, old_identity: dict | None) -> list[str]:
+    """What differs between ``space`` and the one an experiment was started with (its
+    record's ``space`` mapping and :func:`identity`, None for an experiment written before
+    it was kept: then only the mapping is compared), in words; empty: the same."""
+    new, old = identity(space), old_identity or {}
+    base = space.spec.base if isinstance(space.spec.base, str) else None
+    words = {"base": f"base spec ({base} changed since)" if base else "base spec",
+             "source": f"Python space ({space.source.name} changed since)"}
+    out = [words.get(key, key) for key in ("source", "base", "proxy", "objectives")
+           if key in old and key in new and old[key] != new[key]]
+    dump = space.spec.model_dump(mode="json")
+    named = {"source", "base", "proxy", "objectives"} & {k for k in old if k in new and old[k] != new[k]}
+    for key in sorted(old_space.keys() & dump.keys()):  # a field added since a release is not a change
+        if old_space[key] != dump[key] and key not in named:
+            out.append(key)
+    return out
 
 
 def _suggest(trial, name: str, p: ParamSpec) -> Any:
@@ -636,11 +689,40 @@ def proxy_problems(proxy: ProxySpec, prefix: str = "") -> list[Problem]:
     return out
 
 
+def _resources_problems(spec: SpaceSpec) -> list[Problem]:
+    """CPUs and GPUs per trial within their caps (:data:`MAX_CPUS`, :data:`MAX_GPUS`, and
+    shares no finer than :data:`MIN_GPU_SHARE`)."""
+    out: list[Problem] = []
+    cpu, gpu = spec.search.resources.cpu, spec.search.resources.gpu
+    if cpu > MAX_CPUS:
+        out.append(Problem("search.resources.cpu", f"{cpu:g} CPUs per trial is more than {MAX_CPUS}; give the "
+                                                   f"threads one trial uses, at most {MAX_CPUS}"))
+    if 0 < gpu < MIN_GPU_SHARE:
+        out.append(Problem("search.resources.gpu", f"{gpu:g} of a GPU is finer than 1/64 ({MIN_GPU_SHARE:g}: "
+                                                   "64 trials on one GPU); give 0 (no GPU), a share of at "
+                                                   "least 1/64, or whole GPUs"))
+    elif gpu > MAX_GPUS:
+        out.append(Problem("search.resources.gpu", f"{gpu:g} GPUs per trial is more than {MAX_GPUS}; give at "
+                                                   f"most {MAX_GPUS}"))
+    return out
+
+
+def local_problem(spec: SpaceSpec) -> str | None:
+    """Why a sweep on this machine (the ``optuna`` engine's worker processes) cannot give
+    each trial its CPUs: more than ``os.cpu_count()`` (None: it can). A Ray cluster's nodes
+    may have more, so ``validate`` notes it and a local sweep refuses it."""
+    cpus, cpu = os.cpu_count() or 1, spec.search.resources.cpu
+    if cpu <= cpus:
+        return None
+    return (f"search.resources.cpu: {cpu:g} CPUs per trial is more than this machine's {cpus} (os.cpu_count()); "
+            f"a local sweep cannot run it: give at most {cpus}, or run on a Ray cluster (--engine ray --address)")
+
+
 def _run_problems(spec: SpaceSpec) -> list[Problem]:
     """What the sweep would find when it starts or in every trial: the proxy's task, the
     quality metric it reports, the sampler's parameters, a grid too large to list, the
     study's storage."""
-    out = proxy_problems(spec.proxy, "proxy.")
+    out = proxy_problems(spec.proxy, "proxy.") + _resources_problems(spec)
     if spec.oneshot is None and spec.proxy.steps is None and spec.proxy.tokens is None and spec.proxy.curriculum is None:
         out.append(Problem("proxy", "set steps or tokens (or a curriculum, whose stage budgets cap the run)"))
     task = spec.oneshot.search.task if spec.oneshot is not None and spec.oneshot.search.task else spec.proxy.task
@@ -786,7 +868,11 @@ def _load_base(base: str | dict | None, folder: Path, source: str) -> dict | Non
             raise SpecError([Problem("base", f"{base!r} is neither a file nor a shipped architecture; "
                                              f"{suggest(base, arch_names())}")], source)
         path = shipped
-    return parse_yaml(*read_text(path))
+    data = parse_yaml(*read_text(path))
+    problem = not_a_spec(data)
+    if problem is not None:  # another kind of file: one line, not a line per key
+        raise SpecError([Problem("base", f"{path}: {problem}")], source)
+    return data
 
 
 def _space_data(path: Path) -> tuple[dict, Callable | None]:
@@ -796,7 +882,9 @@ def _space_data(path: Path) -> tuple[dict, Callable | None]:
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:  # a user's file: report, never a traceback or an exit
+    except BaseException as exc:  # a user's file: report, never a traceback or an exit
+        if type(exc) is KeyboardInterrupt:  # Ctrl-C itself
+            raise
         raise SpecError([Problem("", f"importing the space file failed: {_one_line(exc)}")],
                         str(path)) from None
     data, fn = getattr(module, "SPACE", None), getattr(module, "sample", None)
@@ -1000,4 +1088,5 @@ __all__ = ["COST_METRICS", "SERVING_METRICS", "objective_metric", "SAMPLERS", "P
            "SearchSpec", "OneShotSpec", "OneShotSearchSpec", "SpaceSpec", "Constraint", "Space", "load_space", "parse_constraint",
            "set_path", "spec_hash", "cost_value", "violations", "grid_size", "grid_points",
            "param_points", "proxy_problems", "storage_problem", "MAX_GRID", "MAX_SCALES",
-           "MAX_SCALE_FACTOR", "ScaleTarget", "Scale", "resolve_scales", "scale_base"]
+           "MAX_SCALE_FACTOR", "ScaleTarget", "Scale", "resolve_scales", "scale_base", "identity", "changes",
+           "local_problem", "MAX_TRIALS", "MAX_CONCURRENCY", "MAX_CPUS", "MAX_GPUS", "MIN_GPU_SHARE"]
