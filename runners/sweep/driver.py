@@ -9,6 +9,7 @@ is recorded as ``duplicate`` and reuses the first result.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import warnings
@@ -18,7 +19,7 @@ from typing import Any
 from nas.errors import LoopnasError, SpecError
 from nas.graph import summary
 from nas.noise import mean_se
-from nas.space import Space, cost_value, grid_size, spec_hash, violations
+from nas.space import Space, changes, cost_value, grid_size, identity, spec_hash, violations
 
 from .devices import job_placement
 from .job import Job, ServingJob
@@ -135,6 +136,34 @@ def check_proxy(space: Space) -> None:
         raise SweepError(f"{space.source}: proxy.task {config.task!r}: {exc}") from None
 
 
+def check_start(space: Space, backend: str) -> None:
+    """What would fail every trial, refused before anything is written: a local sweep's CPUs
+    per trial beyond the machine's (:func:`nas.space.local_problem`), and a Python space
+    whose ``sample()`` raises on its first call (on a throwaway in-memory trial)."""
+    import optuna
+
+    from nas.space import local_problem
+
+    problem = local_problem(space.spec) if backend == "optuna" else None
+    if problem is not None:
+        raise SweepError(f"{space.source}: {problem}")
+    if backend == "optuna" and space.spec.search.resources.gpu > 0:
+        from .devices import DevicePool, PoolError
+
+        try:  # the visible GPUs hold a trial (the pool checks it again as it starts)
+            DevicePool.from_env(space.spec.search.resources.gpu)
+        except PoolError as exc:
+            raise SweepError(str(exc)) from None
+    if space.sample_fn is None:
+        return
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=space.spec.search.seed)).ask()
+    try:
+        space.suggest(trial)
+    except SpecError as exc:
+        raise SweepError(f"{exc.problems[0].render(str(space.source))} on its first call, before any trial; "
+                         "fix sample(), then run again") from None
+
+
 def proxy_config(space: Space) -> dict:
     """The space's proxy as trainer settings (without the sweep's own fields)."""
     return space.spec.proxy.trainer()
@@ -205,6 +234,7 @@ class Sweep:
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         check_proxy(space)
+        check_start(space, backend)
         self.space, self.out, self.backend = space, Path(out), backend
         spec = space.spec
         self.objectives = [Objective(name=o.name, direction=o.direction, measured=o.measured,
@@ -259,7 +289,11 @@ class Sweep:
             self._recover()
 
     def _open(self, resume: bool) -> None:
+        had_lock = os.path.lexists(self.out / LOCK)
         self.lock = acquire(self.out)  # before anything is read or written: one driver at a time
+        # what this start creates, and so what a start that fails removes again (nothing else)
+        self._fresh = [name for name in (EXPERIMENT, f"space{self.space.source.suffix}", JOURNAL, TRIALS)
+                       if not os.path.lexists(self.out / name)] + ([] if had_lock else [LOCK])
         exists = (self.out / EXPERIMENT).is_file()
         if exists and not resume:
             raise SweepError(f"{self.out} already holds an experiment; pass --resume to continue it "
@@ -268,9 +302,11 @@ class Sweep:
             raise SweepError(f"--resume: {self.out} holds no experiment to resume")
         if resume:
             old = read_experiment(self.out)
-            if old.space != self.space.spec.model_dump(mode="json"):
-                raise SweepError(f"--resume: the space differs from the one {self.out} was started with "
-                                 f"({self.out / 'space.yaml'})")
+            changed = changes(self.space, old.space, old.identity)
+            if changed:
+                raise SweepError(f"--resume: {self.out} was started with another {', '.join(changed)}; resumed, "
+                                 "one front would mix old and new candidates: start a new experiment with "
+                                 f"another --out (e.g. --out {self.out}-2), or undo the change")
             if old.seeds != self.seeds:
                 raise SweepError(f"--seeds: {self.out} was started with {old.seeds} seed(s) per candidate; "
                                  f"resume it with --seeds {old.seeds}")
@@ -282,7 +318,8 @@ class Sweep:
             name=self.space.name, space=self.space.spec.model_dump(mode="json"),
             objectives=self.objectives, backend=self.backend, trials=self.total,
             seed=self.space.spec.search.seed, seeds=self.seeds, created=time.time(),
-            seq_len=self.space.spec.seq_len, storage=url and study_storage(self.out, url)))
+            seq_len=self.space.spec.seq_len, storage=url and study_storage(self.out, url),
+            identity=identity(self.space)))
 
     def _storage(self, url: str | None):
         """The study's storage: the RDB at ``url``, else the journal in the directory (a
@@ -305,16 +342,33 @@ class Sweep:
 
     def _abandon(self) -> None:
         """A start that failed: release the directory; a new experiment leaves nothing behind
-        (so a rerun is not refused as 'already holds an experiment')."""
+        (so a rerun is not refused as 'already holds an experiment'): only the files this
+        start created, and the directories it created once they are empty."""
         if self.lock is None:
             return
         if self._wrote:
-            for name in (EXPERIMENT, f"space{self.space.source.suffix}", JOURNAL, LOCK):
-                (self.out / name).unlink(missing_ok=True)
-            for folder in (self.out / TRIALS, *self.lock.made):
-                if folder.is_dir() and not any(folder.iterdir()):
+            for name in self._fresh:
+                if name != TRIALS and (self.out / name).is_file():
+                    (self.out / name).unlink()
+            for folder in ([self.out / TRIALS] if TRIALS in self._fresh else []) + self.lock.made:
+                if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
                     folder.rmdir()
         self.close()
+
+    def abandon_unstarted(self) -> bool:
+        """The sweep failed before its first trial (a pool or a Ray cluster that cannot start):
+        a new experiment is removed as if never started (:meth:`_abandon`); True if so."""
+        if not self._wrote or self.records or any((self.out / TRIALS).glob("t*.json")):
+            return False
+        if not self.lock.held:  # released by the backend: take it again, or leave it to its holder
+            made = self.lock.made
+            try:
+                self.lock = acquire(self.out)
+            except LoopnasError:
+                return False
+            self.lock.made = made
+        self._abandon()
+        return True
 
     def close(self) -> None:
         """The sweep has ended (finished, failed or interrupted): another driver may resume it."""
@@ -688,5 +742,5 @@ def default_out(space: Space) -> Path:
     return named_path("runs", space.name)
 
 
-__all__ = ["Sweep", "SweepError", "check_proxy", "make_sampler", "mean_points", "mean_rungs",
+__all__ = ["Sweep", "SweepError", "check_proxy", "check_start", "make_sampler", "mean_points", "mean_rungs",
            "proxy_config", "space_seeds", "default_out", "JOURNAL"]

@@ -47,6 +47,11 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
     if address and backend != "ray":
         raise SweepError("--address joins a Ray cluster: use it with --engine ray")
     out = Path(out) if out is not None else default_out(space)
+    if backend == "ray":  # a cluster that does not answer: one line, before the directory is made
+        from .devices import ray_resources
+        from .ray_backend import check_address
+        ray_resources(space.spec.search.resources)
+        check_address(address)
     if space.spec.oneshot is not None:
         return _oneshot(space, out, backend, trials, resume, progress, address)
     sweep = Sweep(space, out, backend, trials=trials, resume=resume, seeds=seeds, planned=planned)
@@ -64,12 +69,16 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
             bar.update(task, completed=min(sweep.total, done), description=_line(sweep))
 
         on_change()
-        if backend == "ray":
-            from .ray_backend import run_ray
-            run_ray(sweep, address=address, on_change=on_change)
-        else:
-            from .local import run_local
-            run_local(sweep, on_change=on_change)
+        try:
+            if backend == "ray":
+                from .ray_backend import run_ray
+                run_ray(sweep, address=address, on_change=on_change)
+            else:
+                from .local import run_local
+                run_local(sweep, on_change=on_change)
+        except Exception:  # a pool or a cluster that cannot start: a rerun starts afresh
+            sweep.abandon_unstarted()
+            raise
         on_change()
     return out
 
