@@ -1,6 +1,8 @@
 """``loopnas calibrate SPACE``: does the proxy separate the candidates this space compares?"""
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -8,8 +10,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from nas.errors import LoopnasError
+
 from . import app
 from .common import EngineOpt, OldEngineOpt, OutOpt, SpaceArg, UsageError, console, pick_engine
+
+
+MAX_BUDGETS = 8
+"""The most budgets one calibration trains at: each is the whole design again."""
+MAX_MULTIPLE = 64.0
+"""The largest multiple of the proxy's budget a calibration trains at."""
 
 
 def _budgets(text: str) -> tuple[float, ...]:
@@ -17,9 +27,42 @@ def _budgets(text: str) -> tuple[float, ...]:
         values = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
         values = ()
-    if not values or any(not v > 0 for v in values):
-        raise UsageError(f"--budgets: give positive multiples of the proxy's budget, e.g. 1,2,4 (got {text!r})")
+    if not values or any(not 0 < v < math.inf for v in values):
+        raise UsageError(f"--budgets: give positive multiples of the proxy's budget, e.g. 1,2,4 (got {text[:60]!r})")
+    if len(values) > MAX_BUDGETS:
+        raise UsageError(f"--budgets: {len(values)} budgets, at most {MAX_BUDGETS} (each trains the whole design)")
+    if len(set(values)) < len(values):
+        raise UsageError(f"--budgets: {text[:60]!r} repeats a budget; give each once")
+    top = max(values)
+    if top > MAX_MULTIPLE:
+        raise UsageError(f"--budgets: {top:g}× the proxy's budget is past {MAX_MULTIPLE:g}×; give multiples "
+                         f"of at most {MAX_MULTIPLE:g}")
     return values
+
+
+def _check_budgets(space, budgets: tuple[float, ...]) -> None:
+    """Each budget's proxy run within the trainer's caps (``proxy.steps``, ``proxy.tokens``)."""
+    from nas.proxy import MAX_STEPS, MAX_TOKENS
+
+    proxy = space.spec.proxy
+    for field, cap in (("steps", MAX_STEPS), ("tokens", MAX_TOKENS)):
+        value = getattr(proxy, field)
+        for b in budgets:
+            if value is not None and round(value * b) > cap:
+                raise UsageError(f"--budgets {b:g}: {b:g} × proxy.{field} ({value:,}) is {round(value * b):,} "
+                                 f"{field}, past the cap of {cap:,}")
+
+
+def _one_candidate(space) -> str | None:
+    """Why a calibration of ``space`` would compare nothing (its design is one candidate),
+    said before anything trains; None: it compares."""
+    from runners.calibrate import design
+
+    kind, plan = design(space)
+    if len(plan) >= 2:
+        return None
+    return (f"{space.source}: the space has one candidate, so calibrate has nothing to compare; give a "
+            "parameter two or more choices")
 
 
 def print_calibration(cal) -> None:
@@ -75,17 +118,31 @@ def calibrate_cmd(
     from runners.sweep.driver import default_out
     from runners.sweep.run import DEFAULT_BACKEND
 
+    from nas.proxy import MAX_SEEDS
+
+    if seeds is not None and seeds > MAX_SEEDS:
+        raise UsageError(f"--seeds {seeds}: at most {MAX_SEEDS} seed replicates per candidate (each is a training run)")
+    multiples = _budgets(budgets)
     loaded = load_space(space)
     if loaded.spec.oneshot is not None:
         raise UsageError(f"{space}: calibrate trains stand-alone candidates; a one-shot space scores "
                          "sub-networks of one supernet (calibrate its stand-alone twin instead)")
-    where = out or default_out(loaded) / CALIBRATION
+    _check_budgets(loaded, multiples)
+    if (why := _one_candidate(loaded)) is not None:
+        raise UsageError(why)
+    where = Path(out or default_out(loaded) / CALIBRATION)
+    made = [p for p in (where, *where.parents) if not os.path.lexists(p)]
     try:
-        cal = run_calibration(loaded, Path(where), seeds=seeds or (loaded.spec.proxy.seeds if loaded.spec.proxy.seeds > 1 else 3), budgets=_budgets(budgets),
+        cal = run_calibration(loaded, where, seeds=seeds or (loaded.spec.proxy.seeds if loaded.spec.proxy.seeds > 1 else 3), budgets=multiples,
                               backend=pick_engine(engine, backend) or DEFAULT_BACKEND, address=address)
     except KeyboardInterrupt:
         console.print(f"interrupted: run the same command again to continue ({where})")
         raise typer.Exit(130) from None
+    except LoopnasError:  # refused at start: the directories this run made go again once empty
+        for folder in made:
+            if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
     paths = write(cal, Path(where))
     print_calibration(cal)
     console.print(f"calibration: {paths[1]}  ({paths[0].name}, {paths[2].name})", highlight=False)

@@ -1,6 +1,7 @@
 """``loopnas export``: a spec, or a sweep's chosen trial, as a transformers model directory."""
 from __future__ import annotations
 
+import math
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -101,6 +102,8 @@ def export_cmd(
     """
     from runners.export import export_spec, export_trial
 
+    if scale_to is not None and not 0 < scale_to < math.inf:  # nan fails both
+        raise UsageError(f"--scale-to: give a finite number of unique parameters > 0, e.g. 1.3e9 (got {scale_to:g})")
     if source.is_dir() or trial is not None or pick is not None:
         if checkpoint is not None:
             raise UsageError("--checkpoint is for a spec; a trial's weights come with --with-weights")

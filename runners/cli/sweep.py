@@ -7,7 +7,37 @@ from typing import Annotated
 import typer
 
 from . import app
-from .common import EngineOpt, OldEngineOpt, OutOpt, SeedsOpt, SpaceArg, UsageError, console, pick_engine
+from .common import EngineOpt, OldEngineOpt, OutOpt, SeedsOpt, SpaceArg, UsageError, console, console_err, pick_engine
+
+
+def check_counts(seeds: int | None, trials: int | None = None) -> None:
+    """``--seeds`` and ``--trials`` within the caps a space's own are held to."""
+    from nas.proxy import MAX_SEEDS
+    from nas.space import MAX_TRIALS
+
+    if seeds is not None and seeds > MAX_SEEDS:
+        raise UsageError(f"--seeds {seeds}: at most {MAX_SEEDS} seed replicates per candidate (each is a training run)")
+    if trials is not None and trials > MAX_TRIALS:
+        raise UsageError(f"--trials {trials}: at most {MAX_TRIALS:,} trials per sweep")
+
+
+def all_failed(exp: Path) -> str | None:
+    """When no trial completed and some failed (raised, timed out, ran out of memory, or its
+    candidate was not a valid spec, as a Python space's broken sample() makes every one):
+    one line with the counts and the first reason. None: something completed, or every
+    candidate only broke a constraint (a verdict on the space, not a failure)."""
+    from runners.sweep.records import read_trials
+
+    records = read_trials(exp, problems=[])
+    if any(r.status == "complete" for r in records):
+        return None
+    bad = [r for r in records if r.status in ("failed", "timeout", "oom")
+           or r.status == "infeasible" and (r.reason or "").startswith("invalid spec")]
+    if not bad:
+        return None
+    first = bad[0]
+    return (f"no trial completed: {len(bad)} of {len(records)} failed; the first, {first.id} ({first.status}): "
+            f"{' '.join((first.reason or first.status).split())[:400]}")
 
 
 @app.command("sweep")
@@ -41,6 +71,7 @@ def sweep_cmd(
 
     from .report import write_problem
 
+    check_counts(seeds, trials)
     loaded = load_space(space)
     where = out or default_out(loaded)
     again = f"loopnas sweep {space} --out {where} --resume"
@@ -58,6 +89,10 @@ def sweep_cmd(
 
     from .status import print_status
     print_status(path)
+    failed = all_failed(path)
+    if failed:
+        console_err.print(f"error: {failed}", markup=False, highlight=False)
+        raise typer.Exit(1)
     try:
         report = write_report(path)
     except OSError as exc:

@@ -51,9 +51,12 @@ def check(path: Path) -> tuple[str, list[str]]:
             many = f"{size}" if (size or 0) < 10**12 else f"about 10^{len(str(size)) - 1}"
             n = len(space.spec.params)
             what = f"{n} parameter{'s' * (n != 1)}" + (f" ({many} grid points)" if size else "")
+        from nas.space import local_problem
+        note = local_problem(space.spec)  # a Ray cluster's nodes may have the CPUs: a note, not an error
         return (f"space {space.name}: {what}"
                 + f", {len(space.constraints)} constraints, objectives "
-                + ", ".join(f"{o.direction} {o.name}" for o in space.spec.objectives)), scale_lines(space)
+                + ", ".join(f"{o.direction} {o.name}" for o in space.spec.objectives)), \
+            scale_lines(space) + ([f"note: {note}"] if note else [])
     arch = load(path)
     return f"{arch.name}: {len(arch.layers)} layers, {len(arch.loops)} loop regions", []
 
