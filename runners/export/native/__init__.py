@@ -1,11 +1,14 @@
 """Export to transformers' own model families, and import from their configs.
 
-A canonical spec that is exactly one of ``qwen3_next``, ``olmo_hybrid``, ``qwen3`` or
-``llama`` (no loop, only mixers and norms the family has, one size per op kind) exports as
-that family's ``config.json`` and ``model.safetensors`` with converted weights, so
-``AutoModelForCausalLM.from_pretrained(dir)`` loads it without remote code. The families
-are disjoint on the spec (zero-centred norms, OLMo's post-norm attention, q/k norm or none),
-so at most one fits; :func:`fit` says which, or the first field that stops each.
+A canonical spec that is exactly one of ``qwen3_next``, ``olmo_hybrid``, ``nemotron_h``,
+``falcon_h1``, ``qwen3`` or ``llama`` (no loop, only mixers and norms the family has, one size
+per op kind) exports as that family's ``config.json`` and ``model.safetensors`` with converted
+weights, so ``AutoModelForCausalLM.from_pretrained(dir)`` loads it without remote code. The
+families are disjoint on the spec (zero-centred norms, OLMo's post-norm attention, q/k norm or
+none, FFN-less Mamba2/NoPE-attention blocks, parallel Mamba2 + attention layers), so at most
+one fits; :func:`fit` says which, or the first field that stops each. ``kimi_linear`` and
+``inkling2_loop`` are registered only to refuse, naming the first field (loopnas's KDA biases
+its output gate, kimi_linear's does not; inkling2_loop's passes restart and exchange messages).
 :func:`import_config` is the reverse: a family's ``config.json`` as a loopnas spec.
 """
 from __future__ import annotations
@@ -18,10 +21,11 @@ from types import ModuleType
 
 from nas.spec import ArchSpec
 
-from . import llama, olmo_hybrid, qwen3, qwen3_next
+from . import falcon_h1, inkling2_loop, kimi_linear, llama, nemotron_h, olmo_hybrid, qwen3, qwen3_next
 from .common import Blocker
 
-FAMILIES: dict[str, ModuleType] = {m.MODEL_TYPE: m for m in (qwen3_next, olmo_hybrid, qwen3, llama)}
+FAMILIES: dict[str, ModuleType] = {m.MODEL_TYPE: m for m in (qwen3_next, olmo_hybrid, nemotron_h, falcon_h1, qwen3,
+                                                              llama, kimi_linear, inkling2_loop)}
 
 
 @dataclass(frozen=True)
@@ -33,11 +37,12 @@ class Fit:
     blockers: dict[str, Blocker]
 
     def why_not(self) -> str:
-        """One line: the blockers, merged where every family stops at the same field."""
-        found = list(self.blockers.values())
-        if found and all(b.path == found[0].path for b in found) and found[0].path.startswith("loops"):
-            return f"{found[0].path}: a loop region; transformers' native families run each layer once"
-        return "; ".join(f"{name}: {b}" for name, b in self.blockers.items())
+        """One line: the blockers, the families that all stop at the spec's loop merged."""
+        at_loop = [name for name, b in self.blockers.items() if b.path == "loops[0]"]
+        if len(at_loop) < 2:
+            return "; ".join(f"{name}: {b}" for name, b in self.blockers.items())
+        rest = [f"{name}: {b}" for name, b in self.blockers.items() if name not in at_loop]
+        return "; ".join([f"loops[0]: a loop region; {', '.join(at_loop)} run each layer once", *rest])
 
 
 def fit(arch: ArchSpec) -> Fit:
@@ -124,7 +129,8 @@ _SIZES = {k: 1 for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_
                          "num_key_value_heads", "intermediate_size", "linear_num_key_heads",
                          "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
                          "linear_conv_kernel_dim", "num_experts_per_tok", "moe_intermediate_size",
-                         "decoder_sparse_step")} | {
+                         "decoder_sparse_step", "mamba_num_heads", "mamba_head_dim", "ssm_state_size",
+                         "conv_kernel", "mamba_n_heads", "mamba_d_state", "mamba_d_conv")} | {
     "head_dim": 1, "num_experts": 0, "shared_expert_intermediate_size": 0}
 
 
@@ -137,6 +143,16 @@ def _first_line(exc: BaseException) -> str:
     if len(lines) > 1 and text.endswith(":"):
         text = re.sub(r"^[A-Za-z_]\w*(Error|Exception): ", "", lines[1])
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _special_floats(value):
+    """transformers writes inf and nan into config.json as ``{"__float__": "Infinity"}``."""
+    if isinstance(value, dict):
+        tag = value.get("__float__") if len(value) == 1 else None
+        if tag in ("Infinity", "-Infinity", "NaN"):
+            return float(tag.lower().replace("infinity", "inf"))
+        return {k: _special_floats(v) for k, v in value.items()}
+    return [_special_floats(v) for v in value] if isinstance(value, list) else value
 
 
 def _check_sizes(raw: dict) -> None:
@@ -184,9 +200,9 @@ def read_config(source: str | Path) -> dict:
 
     # for_model: the config class transformers ships for model_type, built from keywords;
     # auto_map (remote code) is never looked at.
-    fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "transformers_version",
-                                                        "auto_map")}
     try:
+        fields = {k: _special_floats(v) for k, v in raw.items()
+                  if k not in ("model_type", "architectures", "transformers_version", "auto_map")}
         return AutoConfig.for_model(model_type, **fields).to_dict()
     except Exception as exc:  # transformers' validation of user data: say it in one line
         raise Blocker(str(path), f"transformers refuses this {model_type} config: {_first_line(exc)}") from None
@@ -234,5 +250,5 @@ def import_config(source: str | Path, name: str | None = None) -> ArchSpec:
         raise Blocker("config", f"gives no valid loopnas spec: {_spec_error(exc)}") from None
 
 
-__all__ = ["FAMILIES", "FORMATS", "Blocker", "Fit", "Format", "choose_format", "fit", "native_config", "convert", "save", "architecture",
-           "read_config", "import_config"]
+__all__ = ["FAMILIES", "FORMATS", "Blocker", "Fit", "Format", "choose_format", "fit", "native_config", "convert",
+           "save", "architecture", "read_config", "import_config"]

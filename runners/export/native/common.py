@@ -1,19 +1,21 @@
 """What every native family shares: the blocker a spec meets first, the checks that find it,
 and the weight moves common to all of them (embeddings, norms, SwiGLU, the LM head).
 
-A family module (``qwen3_next``, ``olmo_hybrid``, ``llama``, ``qwen3``) defines ``MODEL_TYPE``,
+A family module (``qwen3_next``, ``olmo_hybrid``, ``nemotron_h``, ``falcon_h1``, ``llama``, ``qwen3``) defines ``MODEL_TYPE``,
 ``ARCHITECTURE``, ``blocker(arch)`` (the first field that keeps ``arch`` from being that
 family exactly, or None), ``config(arch)`` (the transformers config as a dict),
 ``convert(arch, state)`` (loopnas state dict -> the family's), ``to_spec(config, name)``
 (the import direction), ``architecture(config)`` (the config fields that define its architecture)
 and optionally ``caveat(arch)`` (what an exact export still cannot do, which keeps ``auto`` on remote code).
+A family loopnas cannot express at all (``kimi_linear``, ``inkling2_loop``) defines only ``MODEL_TYPE``,
+``ARCHITECTURE``, ``blocker`` and ``to_spec``, which always refuse, naming the first field.
 Nothing here imports torch at module level: ``loopnas import`` and the fit check need none.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable
 
-from nas.spec import ArchSpec, AttnSpec, GDNSpec, NormSpec, SwitchSpec
+from nas.spec import ArchSpec, AttnSpec, GDNSpec, Mamba2Spec, NormSpec, SwitchSpec
 
 
 class Blocker(Exception):
@@ -138,6 +140,37 @@ def gdn_from(cfg: dict, **extra) -> GDNSpec:
                    conv_size=cfg.get("linear_conv_kernel_dim", 4), use_gate=True, use_short_conv=True, **extra)
 
 
+def mamba2_common(op: Mamba2Spec, path: str, family: str, width: int) -> Blocker | None:
+    """What transformers' Mamba2 mixers share: head h reads B/C group h // (H / G) (loopnas's
+    h % G, as fla's torch path; the two agree for one group or one per head), D per head."""
+    heads = op.expand * width // op.head_dim
+    return first([
+        check(f"{path}.n_groups", op.n_groups in (1, heads),
+              f"{op.n_groups}; {family}'s heads read B/C groups in blocks (h // (H/G)), loopnas's in turn "
+              f"(h % G): they agree for n_groups 1 or {heads} (one per head)"),
+        check(f"{path}.D_has_hdim", not op.D_has_hdim, f"{family}'s D is one per head"),
+    ])
+
+
+def mamba2_sizes(op: Mamba2Spec, width: int) -> dict[str, int]:
+    """Heads, head size, state size, groups, kernel of a Mamba2 op (transformers' numbers)."""
+    return {"heads": op.expand * width // op.head_dim, "head_dim": op.head_dim, "state": op.state_size,
+            "groups": op.n_groups, "kernel": op.conv_kernel}
+
+
+def mamba2_from(width: int, heads: int, head_dim: int, keys: tuple[str, str], **fields) -> Mamba2Spec:
+    """The Mamba2Spec of a config whose mixer has ``heads`` x ``head_dim`` channels; ``keys``
+    name the config's heads and groups fields, the ones a refusal names."""
+    if (heads * head_dim) % width:
+        raise Blocker(keys[0], f"{heads} heads x {head_dim} = {heads * head_dim} channels, not a whole multiple "
+                               f"of hidden_size {width}; loopnas's Mamba2 has expand x width channels")
+    groups = fields.get("n_groups", 1)
+    if groups not in (1, heads):
+        raise Blocker(keys[1], f"{groups}; loopnas's Mamba2 heads read B/C groups in turn (h % G): "
+                               f"exact for 1 group or one per head ({heads})")
+    return Mamba2Spec(head_dim=head_dim, expand=heads * head_dim // width, **fields)
+
+
 def rope_parameters(op: AttnSpec | None, partial: bool = False) -> dict | None:
     if op is None:
         return None
@@ -218,6 +251,7 @@ def gdn_conv(state: dict, src: str):
 
 
 __all__ = ["Blocker", "first", "structural", "kinds_only", "same", "one_of", "check", "model_norm",
-           "placements", "qk_norm_is", "attn_common", "gdn_common", "gdn_sizes", "gdn_from",
+           "placements", "qk_norm_is", "attn_common", "gdn_common", "gdn_sizes", "gdn_from", "mamba2_common",
+           "mamba2_sizes", "mamba2_from",
            "rope_parameters", "rope_from", "base_config", "model_from", "hidden_act", "layer_types",
            "rename", "shell", "swiglu", "norms", "gdn_conv"]
