@@ -223,6 +223,37 @@ class ResourcesSpec(_Data):
                                          description="Ray's accelerator type of the nodes to run on (A100, H100)")
 
 
+def _trackers(value: Any) -> Any:
+    """``track: [mlflow, tensorboard]`` is ``{mlflow: {}, tensorboard: {}}``; ``{wandb: null}`` is ``{wandb: {}}``."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return {name: {} for name in value}
+    if isinstance(value, dict):
+        return {k: {} if v is None else v for k, v in value.items()}
+    return value
+
+
+class MlflowTrackSpec(_Data):
+    uri: str | None = Field(None, description="a tracking URI (default MLFLOW_TRACKING_URI, else EXP/mlflow.db)")
+    experiment: str | None = Field(None, description="the MLflow experiment (default the space's name)")
+
+
+class TensorboardTrackSpec(_Data):
+    """Event files per replicate under EXP/tensorboard (no settings)."""
+
+
+class WandbTrackSpec(_Data):
+    project: str | None = Field(None, description="the W&B project (default the space's name)")
+    entity: str | None = None
+
+
+class TrackSpec(_Data):
+    """Experiment trackers the sweep's driver logs to (``runners.track``), never its workers."""
+
+    mlflow: MlflowTrackSpec | None = None
+    tensorboard: TensorboardTrackSpec | None = None
+    wandb: WandbTrackSpec | None = None
+
+
 class SearchSpec(_Data):
     sampler: str = "tpe"
     sampler_params: dict[str, Any] = Field(default_factory=dict)
@@ -236,6 +267,8 @@ class SearchSpec(_Data):
     seed: int = 0
     storage: str | None = Field(None, description="an Optuna RDB URL (sqlite:///x.db, "
                                 "postgresql://...) instead of the experiment's journal file")
+    # where results are also logged, not what they are: left out of the space a resume compares
+    track: Annotated[TrackSpec, BeforeValidator(_trackers)] = Field(TrackSpec(), exclude=True)
 
 
 class OneShotSearchSpec(_Data):
