@@ -13,6 +13,8 @@ all, :func:`beam_search` keeps the best ``width`` and moves one layer at a time.
 Every one-shot sweep then checks itself (``oneshot.check``, :class:`OneShotCheckSpec`):
 :func:`spot_check` picks sub-networks spread over the one-shot ranking, the sweep trains
 them stand-alone with seeds, and :func:`agreement` says whether the two rankings agree.
+``oneshot.remedy`` (:class:`OneShotRemedySpec`) holds the known remedies for a one-shot
+ranking that disagrees with stand-alone training (``runners.oneshot.remedies``).
 
 Pure data and pure functions: no torch.
 """
@@ -23,9 +25,9 @@ import hashlib
 import math
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Literal, Sequence, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import Problem, SpecError
 from .load import resolve, spec_from_dict
@@ -75,12 +77,16 @@ def supernet(space) -> ArchSpec:
 
 
 def check_supernet(space) -> None:
-    """A space whose supernet is not a valid spec fails at load, at the ``oneshot`` field."""
+    """A space whose supernet is not a valid spec fails at load, at the ``oneshot`` field;
+    a remedy the space cannot use fails at its own field (:func:`remedy_problems`)."""
     try:
-        supernet(space)
+        net = supernet(space)
     except SpecError as exc:
         raise SpecError([Problem("oneshot", f"the supernet is not a valid spec: {p.render(None)}")
                          for p in exc.problems], str(space.source)) from None
+    problems = remedy_problems(space.spec.oneshot, net)
+    if problems:
+        raise SpecError(problems, str(space.source))
 
 
 def subnet(net: ArchSpec, pattern: Sequence[int], loops: int | None = None) -> ArchSpec:
@@ -245,6 +251,85 @@ def beam_search(score: Callable[[State], float | None], start: Iterable[State],
     return best, seen
 
 
+class _Remedy(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FinetuneSpec(_Remedy):
+    """Inherit, then fine-tune: every candidate trains ``fraction`` of the stand-alone steps
+    (the proxy's) from the supernet's weights, on the proxy's task, before it is scored."""
+
+    fraction: float = Field(0.1, gt=0, le=1, allow_inf_nan=False,
+                            description="of the proxy's (stand-alone) steps; at least one step")
+
+
+class SandwichSpec(_Remedy):
+    """BigNAS sandwich sampling: every supernet step trains the largest sub-network (the
+    largest loop count, a sampled placement) on the labels, the smallest (the smallest loop
+    count) and ``random`` sampled ones; with ``distill`` those learn from the largest's
+    detached predictions (in-place distillation) instead of the labels."""
+
+    distill: bool = True
+    random: int = Field(1, ge=0, le=8, description="sampled sub-networks beside the largest and smallest")
+
+
+class FewShotSpec(_Remedy):
+    """Few-shot supernets: train one supernet ``warm`` of the steps, then split it on its
+    first decision (``layer0``: layer 0's mixer) into one supernet per option, each from
+    that shared warm start, trained the remaining steps with layer 0 fixed; a candidate is
+    scored by its branch's supernet."""
+
+    split: Literal["layer0"] = "layer0"
+    warm: float = Field(0.5, ge=0, lt=1, allow_inf_nan=False, description="share of the steps before the split")
+
+
+class OneShotRemedySpec(_Remedy):
+    """``oneshot.remedy``: the remedies for a one-shot ranking that disagrees with stand-alone
+    training, any together (``true`` for a remedy: its defaults). ``per_loop_gates``: the
+    supernet holds a residual-gate table (ρ) per loop count, so a sub-network at T = 1 is
+    trained and scored with its own gates, not the first row of those tuned for T = 3."""
+
+    finetune: FinetuneSpec | None = None
+    sandwich: SandwichSpec | None = None
+    few_shot: FewShotSpec | None = None
+    per_loop_gates: bool = False
+
+    @field_validator("finetune", "sandwich", "few_shot", mode="before")
+    @classmethod
+    def _switch(cls, value: Any) -> Any:
+        """``true``: the remedy with its defaults; ``false``: off."""
+        if value is True:
+            return {}
+        return None if value is False else value
+
+    @property
+    def trains_supernet(self) -> bool:
+        """Whether the supernet trains in ``runners.oneshot.remedies`` (else the proxy trainer)."""
+        return self.sandwich is not None or self.few_shot is not None or self.per_loop_gates
+
+    def names(self) -> list[str]:
+        """The remedies switched on, in field order."""
+        return [k for k in type(self).model_fields if getattr(self, k) not in (None, False)]
+
+
+def remedy_problems(one, net: ArchSpec) -> list[Problem]:
+    """What a space's remedies need of it: sandwich sampling orders sub-networks by loop
+    count, per-loop gates need a residual gate to split."""
+    remedy, out = one.remedy, []
+    if remedy.sandwich is not None and len(one.loops or ()) < 2:
+        out.append(Problem("oneshot.remedy.sandwich", "sandwich sampling trains the largest and smallest "
+                           "loop counts: give oneshot.loops two or more counts, or remove it"))
+    if remedy.per_loop_gates:
+        if len(one.loops or ()) < 2:
+            out.append(Problem("oneshot.remedy.per_loop_gates", "gates per loop count need oneshot.loops "
+                               "with two or more counts; remove per_loop_gates"))
+        if not any(r.update.kind == "residual_gate" for r in net.loops):
+            out.append(Problem("oneshot.remedy.per_loop_gates", "the base's loop has no residual gate to "
+                               "split per loop count: give it loop.update: {kind: residual_gate}, or "
+                               "remove per_loop_gates"))
+    return out
+
+
 AGREE_ALPHA = 0.01  # "agrees": τ > 0 and its one-sided permutation p below this
 
 
@@ -349,4 +434,5 @@ def verdict(tau: float, lo: float, hi: float, p: float, n: int, seeds: int, agre
 __all__ = ["mixer_names", "counts", "loop_choices", "supernet_data", "supernet", "check_supernet",
            "subnet", "pattern_of", "candidate", "trial_params", "exhaustive", "rule_placements",
            "swaps", "beam_search", "fit_name", "option_label", "HASH", "SUBNET_NAME", "AGREE_ALPHA",
-           "OneShotCheckSpec", "check_settings", "spot_check", "Agreement", "agreement", "verdict"]
+           "OneShotCheckSpec", "check_settings", "OneShotRemedySpec", "FinetuneSpec",
+           "SandwichSpec", "FewShotSpec", "remedy_problems", "spot_check", "Agreement", "agreement", "verdict"]
