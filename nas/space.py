@@ -55,7 +55,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt,
 
 from .errors import Problem, SpecError, from_validation_error, suggest
 from .load import not_a_spec, parse_yaml, read_text, resolve, spec_from_dict
-from .oneshot import OneShotCheckSpec
+from .oneshot import OneShotCheckSpec, OneShotRemedySpec
 from .proxy import (
     CURRICULUM_SET, PROXY_ONLY, SAMPLER_CLASSES, SAMPLER_PARAMS, SET_BY_SWEEP, TASK_METRICS, TASK_PARAMS, ProxySpec,
     sampler_class, task_metrics,
@@ -306,6 +306,7 @@ class OneShotSpec(_Data):
     train: dict[str, Any] = Field(default_factory=dict)
     search: OneShotSearchSpec = OneShotSearchSpec()
     check: OneShotCheckSpec | bool = OneShotCheckSpec()  # the self-check (nas.oneshot.spot_check)
+    remedy: OneShotRemedySpec = OneShotRemedySpec()  # nas.oneshot.OneShotRemedySpec
 
 
 def _param_count(value: Any) -> Any:
