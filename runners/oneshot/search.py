@@ -10,6 +10,11 @@ fixed), in this process. The experiment directory is therefore the one every swe
 writes; ``status``, ``report`` and ``export`` read it unchanged. At the end the front's
 sub-networks are extracted with their inherited weights into ``trials/<id>/``
 (``checkpoint.pt`` for ``export --with-weights`` and ``train --init-from``, ``spec.yaml``).
+
+With ``oneshot.remedy`` (:mod:`runners.oneshot.remedies`) the supernet may train there
+instead (sandwich sampling, few-shot branches, per-loop gates), a sub-network is scored with
+its branch's weights and its loop count's gates, and with ``finetune`` it trains a few
+steps from them before it is scored (:class:`Scorer`); the front is extracted as scored.
 """
 from __future__ import annotations
 
@@ -30,8 +35,10 @@ from runners.checkpoint import CHECKPOINT, save
 from runners.sweep.driver import Sweep
 from runners.sweep.front import front
 from runners.sweep.records import TRIALS, write_json
+from runners.tasks import make_task
 from runners.train import eval_batches, evaluate
 
+from .remedies import Supernets, finetune, finetune_config, finetune_steps, train_remedied
 from .supernet import eval_task, load_supernet, supernet_config, train_supernet
 from runners.weights import inherit
 
@@ -60,12 +67,36 @@ def save_subnet(folder: Path, arch: ArchSpec, sub: LoopLM) -> None:
     (folder / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
+class Scorer:
+    """What a sub-network is scored with: the supernet's weights (its branch's supernet,
+    its loop count's gates: :meth:`Supernets.model_for`), or, with
+    ``oneshot.remedy.finetune``, the extracted sub-network after :func:`finetune` of
+    ``finetune_steps`` steps (rerun, deterministically, when the front is extracted)."""
+
+    def __init__(self, nets: Supernets, space: Space | None = None):
+        self.nets, self.tune = nets, None
+        if space is not None and space.spec.oneshot.remedy.finetune is not None:
+            config = finetune_config(space)
+            self.tune = (config, make_task(config.task, **config.task_params), finetune_steps(space))
+
+    def subnet(self, pattern: Sequence[int], loops: int | None) -> tuple[ArchSpec, LoopLM]:
+        """The sub-network with the weights it is scored with."""
+        arch, sub = extract(self.nets.model_for(pattern, loops), self.nets.net, pattern, loops)
+        return (arch, sub) if self.tune is None else (arch, finetune(sub, *self.tune))
+
+    def evaluate(self, task, batches: list, pattern: Sequence[int], loops: int | None) -> dict[str, float]:
+        if self.tune is None:
+            return evaluate(self.nets.model_for(pattern, loops), task, batches, loops=loops, pattern=pattern)
+        return evaluate(self.subnet(pattern, loops)[1], task, batches)
+
+
 class OneShotSearch:
     """Evaluates sub-networks as trials of ``sweep``; see the module docstring."""
 
-    def __init__(self, sweep: Sweep, model: LoopLM, net: ArchSpec, task, batches: list,
+    def __init__(self, sweep: Sweep, scorer: Scorer, task, batches: list,
                  on_change: Callable[[], None] = lambda: None):
-        self.sweep, self.model, self.net, self.task, self.batches = sweep, model, net, task, batches
+        self.sweep, self.scorer, self.task, self.batches = sweep, scorer, task, batches
+        self.net = scorer.nets.net
         self.space: Space = sweep.space
         self.metric = sweep.quality  # the one quality objective (a one-shot space has no serving ones)
         self.on_change = on_change
@@ -110,7 +141,7 @@ class OneShotSearch:
             names = one.mixer_names(self.space)
             pattern = [names.index(record.params[f"layer{i}"]) for i in range(self.net.L)]
             start = time.time()
-            metrics = evaluate(self.model, self.task, self.batches, loops=record.params.get("T"), pattern=pattern)
+            metrics = self.scorer.evaluate(self.task, self.batches, pattern, record.params.get("T"))
             end = time.time()
             value = metrics[self.metric.metric]
             self.sweep.finish(job.id, {
@@ -169,17 +200,23 @@ def run_oneshot(sweep: Sweep, out: Path, progress: bool = True,
 
 def _run(sweep: Sweep, out: Path, progress: bool, on_change: Callable[[], None]) -> dict:
     space = sweep.space
+    remedy = space.spec.oneshot.remedy
     t0 = time.perf_counter()
-    result = train_supernet(space, out / "supernet", progress=progress)
-    train_time = time.perf_counter() - t0
-    if result.status == "failed":
-        raise RuntimeError(f"the supernet's training failed: {result.reason}")
-    model, net = load_supernet(space, out / "supernet")
+    if remedy.trains_supernet:
+        trained, nets = train_remedied(space, out / "supernet")
+    else:
+        result = train_supernet(space, out / "supernet", progress=progress)
+        if result.status == "failed":
+            raise RuntimeError(f"the supernet's training failed: {result.reason}")
+        model, net = load_supernet(space, out / "supernet")
+        nets = Supernets(net, {None: model}, {None: None})
+        trained = {"steps": result.steps, "wall_time": result.wall_time, "final": result.final}
+    trained["wall_time"] = trained["wall_time"] or time.perf_counter() - t0
     config = supernet_config(space)
     task = eval_task(space, config)
-    run = OneShotSearch(sweep, model, net, task, eval_batches(task, config, torch.device(config.device)),
-                        on_change)
-    run.steps = result.steps
+    scorer = Scorer(nets, space)
+    run = OneShotSearch(sweep, scorer, task, eval_batches(task, config, torch.device(config.device)), on_change)
+    run.steps = trained["steps"]
     t1 = time.perf_counter()
     spent = False
     try:
@@ -190,13 +227,15 @@ def _run(sweep: Sweep, out: Path, progress: bool, on_change: Callable[[], None])
     extracted = []
     for p in front(list(sweep.records.values()), sweep.objectives):
         if p.trial in run.patterns:
-            arch, sub = extract(model, net, *run.patterns[p.trial])
+            arch, sub = scorer.subnet(*run.patterns[p.trial])
             save_subnet(out / TRIALS / p.trial, arch, sub)
             extracted.append(p.trial)
     summary = {
-        "supernet": {"steps": result.steps, "wall_time": result.wall_time or train_time,
-                     "final": result.final, "sampling": space.spec.oneshot.sampling},
+        "supernet": {"steps": trained["steps"], "wall_time": trained["wall_time"],
+                     "final": trained["final"], "sampling": space.spec.oneshot.sampling,
+                     "remedy": remedy.names(), "split": trained.get("split")},
         "search": {"strategy": space.spec.oneshot.search.strategy, "evaluations": len(run.patterns),
+                   "finetune_steps": scorer.tune[2] if scorer.tune else None,
                    "wall_time": time.perf_counter() - t1, "budget_spent": spent},
         "best": None if best is None else [names[i] for i in best],
         "scores": {",".join(names[i] for i in p): v for p, v in scores.items()},
@@ -206,5 +245,5 @@ def _run(sweep: Sweep, out: Path, progress: bool, on_change: Callable[[], None])
     return summary
 
 
-__all__ = ["extract", "save_subnet", "OneShotSearch", "search", "run_oneshot",
+__all__ = ["extract", "save_subnet", "Scorer", "OneShotSearch", "search", "run_oneshot",
            "planned", "SUMMARY", "BudgetSpent"]
