@@ -273,7 +273,7 @@ def test_cli_sweep_errors_are_one_line(tmp_path):
     for args, message in [
         (["--out", str(tmp_path / "exp")], "already holds an experiment; pass --resume"),
         (["--out", str(tmp_path / "new"), "--resume"], "holds no experiment to resume"),
-        (["--out", str(tmp_path / "new"), "--engine", "dask"], "--engine must be one of optuna, ray"),
+        (["--out", str(tmp_path / "new"), "--engine", "dask"], "'dask' is not one of 'optuna', 'ray'"),
         (["--out", str(tmp_path / "new"), "--address", "auto"], "--address joins a Ray cluster"),
     ]:
         run = subprocess.run([sys.executable, "-m", "runners", "sweep", str(path), *args],

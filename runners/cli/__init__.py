@@ -67,7 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         console_err.print("aborted", markup=False)
         return 130
     except Exception as exc:
-        # typer's (vendored) click usage errors: bad option, missing argument, ...
+        # typer's (vendored) click usage errors: a bad value is one line naming the option;
+        # a missing argument or unknown command shows the usage it needs
+        if type(exc).__name__ == "BadParameter" and hasattr(exc, "format_message"):
+            console_err.print(f"error: {exc.format_message()}", markup=False, highlight=False)
+            return 2
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):
             exc.show()
             return 2
