@@ -37,7 +37,7 @@ from .pareto import pareto_front
 
 __all__ = ["TIE_ALPHA", "Z", "PairTest", "PermutationResult", "SeedEffect", "TauCI", "beyond_noise",
            "compare", "holm", "kendall_tau", "mean_se", "p_front", "p_text", "paired_seeds",
-           "permutation_floor", "permutation_test", "pooled_variance", "seed_effect", "tau_ci",
+           "permutation_floor", "permutation_test", "pooled_variance", "seed_effect", "spearman", "tau_ci",
            "tied_neighbours"]
 
 Z = 2.0  # early stopping's margin: beaten by more than Z combined standard errors
@@ -512,35 +512,67 @@ def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class TauCI:
-    """Kendall τ of two rankings of the same candidates, its ``level`` interval from
-    resampling seeds, and the one-sided permutation p of τ > 0 (exact for n ≤ 8)."""
+    """Rank agreement of two rankings of the same candidates: Kendall τ and Spearman ρ, each
+    with its ``level`` interval from resampling seeds, and the one-sided permutation p of
+    τ > 0 (exact for n ≤ 8)."""
 
     tau: float
     lo: float
     hi: float
     p: float
     n: int
+    rho: float = math.nan
+    rho_lo: float = math.nan
+    rho_hi: float = math.nan
 
 
-def tau_ci(a: np.ndarray, b: np.ndarray, draws: int = 2000, seed: int = 0, level: float = 0.95) -> TauCI:
-    """τ between the replicate means of ``a`` and ``b`` (candidates × replicates: a column is
-    a seed; a one-column side is fixed). Each draw resamples each side's seed columns with
-    replacement, jointly across candidates (the paired bootstrap), and recomputes τ."""
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's ρ: the correlation of average ranks (ties share their mean rank); NaN when
+    either ranking is all ties."""
+    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
+    if rx.std() == 0 or ry.std() == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _ranks(v: np.ndarray) -> np.ndarray:
+    order = v.argsort(kind="stable")
+    ranks = np.empty(len(v))
+    ranks[order] = np.arange(len(v), dtype=float)
+    for value in np.unique(v):
+        tied = v == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def tau_ci(a: np.ndarray, b: np.ndarray, draws: int = 2000, seed: int = 0, level: float = 0.95,
+           joint: bool = False) -> TauCI:
+    """τ and ρ between the replicate means of ``a`` and ``b`` (candidates × replicates: a
+    column is a seed; a one-column side is fixed). Each draw resamples each side's seed
+    columns with replacement, jointly across candidates (the paired bootstrap), and with
+    ``joint`` the same columns on both sides (the same seeds, as a transfer's scales hold)."""
     a, b = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
     n = a.shape[0]
-    tau = kendall_tau(a.mean(1), b.mean(1))
+    tau, rho = kendall_tau(a.mean(1), b.mean(1)), spearman(a.mean(1), b.mean(1))
     if n < 2 or not math.isfinite(tau):
-        return TauCI(tau, math.nan, math.nan, math.nan, n)
+        return TauCI(tau, math.nan, math.nan, math.nan, n, rho)
     rng = np.random.default_rng(seed)
-    boots = []
+    taus, rhos = [], []
     for _ in range(draws):
-        ma = a[:, rng.integers(0, a.shape[1], a.shape[1])].mean(1) if a.shape[1] > 1 else a[:, 0]
-        mb = b[:, rng.integers(0, b.shape[1], b.shape[1])].mean(1) if b.shape[1] > 1 else b[:, 0]
-        t = kendall_tau(ma, mb)
-        if math.isfinite(t):
-            boots.append(t)
-    lo, hi = (np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2]) if boots else (math.nan, math.nan))
-    return TauCI(tau, float(lo), float(hi), _tau_p(a.mean(1), b.mean(1), tau, rng), n)
+        ia = rng.integers(0, a.shape[1], a.shape[1])
+        ib = ia if joint else rng.integers(0, b.shape[1], b.shape[1])
+        ma = a[:, ia].mean(1) if a.shape[1] > 1 else a[:, 0]
+        mb = b[:, ib].mean(1) if b.shape[1] > 1 else b[:, 0]
+        taus.append(kendall_tau(ma, mb))
+        rhos.append(spearman(ma, mb))
+    q = [(1 - level) / 2, 1 - (1 - level) / 2]
+
+    def ci(xs: list[float]) -> tuple[float, float]:
+        xs = [x for x in xs if math.isfinite(x)]
+        return tuple(float(v) for v in np.quantile(xs, q)) if xs else (math.nan, math.nan)
+
+    (lo, hi), (rlo, rhi) = ci(taus), ci(rhos)
+    return TauCI(tau, lo, hi, _tau_p(a.mean(1), b.mean(1), tau, rng), n, rho, rlo, rhi)
 
 
 def _tau_p(x: np.ndarray, y: np.ndarray, tau: float, rng) -> float:

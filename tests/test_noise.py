@@ -397,3 +397,15 @@ def test_auto_margin_never_stops_while_noise_is_unknown():
     fixed = ParetoHalving(rungs=(10,), margin=0.02)
     fixed.record("a", 10, (1.0,), 0.99)
     assert fixed.decide("b", 10, (2.0,), 0.01)
+
+
+def test_spearman_and_the_joint_interval():
+    from nas.noise import spearman
+    rng = np.random.default_rng(15)
+    x, y = rng.normal(0, 1, 9), rng.normal(0, 1, 9)
+    y[2] = y[5]
+    assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12)
+    a = rng.normal(0, 1, (6, 4))
+    same = tau_ci(a, a.copy(), draws=200, joint=True)  # the same seeds on both sides: every draw agrees
+    assert same.tau == same.lo == same.hi == 1.0 and same.rho == same.rho_lo == 1.0
+    assert tau_ci(a, a.copy(), draws=200).lo < 1.0  # resampled independently, they need not

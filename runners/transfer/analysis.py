@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from nas.noise import TIE_ALPHA, compare, kendall_tau, mean_se
+from nas.noise import TIE_ALPHA, compare, kendall_tau, mean_se, spearman, tau_ci
 
 DRAWS, LEVEL, BOOT_SEED = 2000, 0.95, 0
 Outcome = Literal["kept", "flipped", "within_noise", "newly_separated", "still_within_noise"]
@@ -159,47 +159,15 @@ class Measured:
                                summary=self.summary, status=self.status, scaled_trial=self.scaled_trial)
 
 
-def spearman(x, y) -> float:
-    """Spearman's ρ: Pearson correlation of average ranks (ties share their mean rank)."""
-    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
-    if rx.std() == 0 or ry.std() == 0:
-        return math.nan
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def _ranks(v: np.ndarray) -> np.ndarray:
-    order = v.argsort(kind="stable")
-    ranks = np.empty(len(v))
-    ranks[order] = np.arange(len(v), dtype=float)
-    for value in np.unique(v):
-        tied = v == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
-
-
 def rank_agreement(a: np.ndarray, b: np.ndarray, joint: bool, draws: int = DRAWS,
                    seed: int = BOOT_SEED) -> tuple[float, tuple, float, tuple]:
     """τ and ρ between the row means of ``a`` and ``b`` (candidates × seeds), each with its
-    ``LEVEL`` percentile interval: every draw resamples seed columns with replacement,
-    jointly across candidates, and with ``joint`` the same columns of both sides."""
-    tau, rho = kendall_tau(a.mean(1), b.mean(1)), spearman(a.mean(1), b.mean(1))
+    ``LEVEL`` interval from resampling seeds (``nas.noise.tau_ci``; with ``joint`` the same
+    seed columns on both sides)."""
     if len(a) < 2:
-        return math.nan, (math.nan, math.nan), math.nan, (math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    taus, rhos = [], []
-    for _ in range(draws):
-        ia = rng.integers(0, a.shape[1], a.shape[1])
-        ib = ia if joint else rng.integers(0, b.shape[1], b.shape[1])
-        ma, mb = a[:, ia].mean(1), b[:, ib].mean(1)
-        taus.append(kendall_tau(ma, mb))
-        rhos.append(spearman(ma, mb))
-    q = [(1 - LEVEL) / 2, 1 - (1 - LEVEL) / 2]
-
-    def ci(xs):
-        xs = [x for x in xs if math.isfinite(x)]
-        return tuple(float(v) for v in np.quantile(xs, q)) if xs else (math.nan, math.nan)
-
-    return tau, ci(taus), rho, ci(rhos)
+        return kendall_tau(a.mean(1), b.mean(1)), (math.nan, math.nan), math.nan, (math.nan, math.nan)
+    r = tau_ci(a, b, draws=draws, seed=seed, level=LEVEL, joint=joint)
+    return r.tau, (r.lo, r.hi), r.rho, (r.rho_lo, r.rho_hi)
 
 
 def classify(base_test, test) -> Outcome:
