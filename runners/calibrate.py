@@ -559,7 +559,8 @@ def markdown(cal: Calibration) -> str:
              f"({cal.direction}). {RULE[0].upper() + RULE[1:]}. p: the permutation test "
              f"(levels shuffled within each (context, seed) block when paired), exact "
              f"where the relabellings can be counted (`≤` marks the design's floor, `≈` a Monte Carlo estimate, "
-             f"decided on its {99}% upper bound); p adj.: Holm over the family of {cal.looks} tests "
+             f"decided on its {99}% upper bound); p adj.: Holm over the family of {cal.looks} "
+             f"test{'' if cal.looks == 1 else 's'} "
              f"({cal.family}).", ""]
     for b in cal.budgets:
         sd = f"{b.noise_sd:.3g}" if b.noise_sd is not None else "unknown"
