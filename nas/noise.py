@@ -33,7 +33,6 @@ from fractions import Fraction
 
 import numpy as np
 
-from .pareto import pareto_front
 
 __all__ = ["TIE_ALPHA", "Z", "PairTest", "PermutationResult", "SeedEffect", "TauCI", "beyond_noise",
            "compare", "holm", "kendall_tau", "mean_se", "p_front", "p_text", "paired_seeds",
@@ -179,6 +178,15 @@ def p_front(replicates: Sequence[np.ndarray], directions: Sequence[str], draws: 
     all candidates together, as it did in training. Otherwise each candidate resamples its
     own (unpaired). A candidate with one replicate is fixed at its value in every draw, so
     with one replicate everywhere the answer is 0 or 1 (noise unknown).
+
+    Only candidates that can reach the front are resampled: one dominated *in every
+    possible draw* by a member of the front of the means is 0 exactly, not estimated
+    (paired: it is dominated on every seed; unpaired: its best replicate is dominated by the
+    member's worst). Removing such candidates changes no other candidate's front in any
+    draw, so paired, the result is the one every candidate resampled gives, draw for draw
+    (the same seed indices, the same means); unpaired, the draws are taken per group of
+    candidates with the same replicate count, a stream of its own (the same distribution).
+    The front of a draw is a sort for two objectives (O(n log n)), a sweep otherwise.
     """
     reps = [np.atleast_2d(np.asarray(r, dtype=float)) for r in replicates]
     if not reps:
@@ -190,14 +198,120 @@ def p_front(replicates: Sequence[np.ndarray], directions: Sequence[str], draws: 
         for i in multi:
             at = {s: j for j, s in enumerate(seeds[i])}
             reps[i] = reps[i][[at[s] for s in order]]
+    signs = np.array([1.0 if d == "minimize" else -1.0 for d in directions])
+    keep = _reachable(reps, signs, order is not None)
     hits = np.zeros(len(reps))
-    for _ in range(draws):
-        shared = rng.integers(0, len(order), len(order)) if order is not None else None
-        means = np.stack([r.mean(axis=0) if len(r) == 1 else
-                          r[shared if shared is not None else rng.integers(0, len(r), len(r))].mean(axis=0)
-                          for r in reps])
-        hits[pareto_front(means, directions)] += 1
+    if order is not None:
+        idx = rng.integers(0, len(order), (draws, len(order)))
+        if len(signs) == 2:
+            keep = keep[_drawn_reachable([reps[i] for i in keep], signs, idx)]
+        hits[keep] = _paired_hits([reps[i] for i in keep], signs, idx)
+    else:
+        hits[keep] = _unpaired_hits([reps[i] for i in keep], signs, draws, rng)
     return hits / draws
+
+
+def _nondominated(f: np.ndarray) -> np.ndarray:
+    """Mask of the rows of ``f`` (minimised) that no row dominates; duplicates all kept."""
+    n, m = f.shape
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    if m == 2:
+        o = np.lexsort((f[:, 1], f[:, 0]))
+        x, y = f[o, 0], f[o, 1]
+        start = np.r_[True, x[1:] != x[:-1]]  # groups of equal x, each sorted by y
+        first = np.flatnonzero(start)
+        group = np.cumsum(start) - 1
+        before = np.r_[np.inf, np.minimum.accumulate(y)[first[1:] - 1]]  # least y at a smaller x
+        out = np.empty(n, dtype=bool)
+        out[o] = ~((before[group] <= y) | (y[first][group] < y))
+        return out
+    out = np.zeros(n, dtype=bool)
+    kept = np.empty((0, m))
+    for i in np.lexsort(f.T[::-1]):  # a dominator sorts before what it dominates
+        if not ((kept <= f[i]).all(1) & (kept < f[i]).any(1)).any():
+            out[i] = True
+            kept = np.vstack([kept, f[i]])
+    return out
+
+
+def _reachable(reps: list[np.ndarray], signs: np.ndarray, paired: bool) -> np.ndarray:
+    """Indices of candidates not dominated in every possible draw by a member of the front
+    of the means (which the draw of every replicate once keeps on the front)."""
+    means = np.stack([r.mean(axis=0) for r in reps]) * signs
+    members = np.flatnonzero(_nondominated(means))
+    if paired:
+        s = max(len(r) for r in reps)
+        rows = np.stack([np.broadcast_to(r, (s, r.shape[1])) for r in reps]) * signs  # (N, S, M)
+        always = np.zeros(len(reps), dtype=bool)
+        for j in members:  # dominated on every seed: dominated under any weights on the seeds
+            always |= (rows[j] <= rows).all(axis=(1, 2)) & (rows[j] < rows).any(axis=2).all(axis=1)
+    else:
+        best = np.stack([(r * signs).min(axis=0) for r in reps])
+        worst = np.stack([(r * signs).max(axis=0) for r in reps])
+        always = np.zeros(len(reps), dtype=bool)
+        for j in members:
+            always |= (worst[j] <= best).all(axis=1) & (worst[j] < best).any(axis=1)
+    return np.flatnonzero(~always)
+
+
+def _drawn_reachable(reps: list[np.ndarray], signs: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Two objectives, paired: mask of the candidates that some drawn resample (a multiset of
+    seed indices in ``idx``) does not dominate by more than rounding. Per distinct resample,
+    a candidate is out when another's means are lower in both objectives by a margin no
+    summation order can close (64 × seeds × ε × the column's largest value)."""
+    s = idx.shape[1]
+    rows = np.stack([np.broadcast_to(r, (s, 2)) for r in reps]) * signs  # (N, S, 2)
+    weights = np.stack([np.bincount(c, minlength=s) for c in np.unique(np.sort(idx, axis=1), axis=0)]) / s
+    tol = 64 * s * np.finfo(float).eps * np.abs(rows).max(axis=(0, 1))
+    out = np.zeros(len(reps), dtype=bool)
+    for w in weights:
+        mu = np.einsum("s,nsm->nm", w, rows)
+        o = np.argsort(mu[:, 0], kind="stable")
+        x, low = mu[o, 0], np.minimum.accumulate(mu[o, 1])
+        below = np.searchsorted(x, mu[:, 0] - 2 * tol[0], side="right")  # points clearly left of each
+        beaten = (below > 0) & (low[np.maximum(below - 1, 0)] < mu[:, 1] - 2 * tol[1])
+        out |= ~beaten
+    return out
+
+
+def _paired_hits(reps: list[np.ndarray], signs: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Draws on the front per candidate; ``idx[d]``: draw d's seed indices, shared."""
+    fixed = np.array([len(r) == 1 for r in reps])
+    out = np.zeros(len(reps))
+    if not len(reps):
+        return out
+    m = reps[0].shape[1]
+    base = np.stack([r[0] if len(r) == 1 else np.zeros(m) for r in reps])
+    rows = np.stack([r for r in reps if len(r) > 1]) if (~fixed).any() else np.zeros((0, idx.shape[1], m))
+    batch = max(1, 4_000_000 // max(1, rows.size))
+    for lo in range(0, len(idx), batch):
+        means = rows[:, idx[lo:lo + batch]].mean(axis=2)  # (K, B, M): each draw's means, as r[idx].mean(0)
+        for b in range(means.shape[1]):
+            f = base.copy()
+            f[~fixed] = means[:, b]
+            out += _nondominated(f * signs)
+    return out
+
+
+def _unpaired_hits(reps: list[np.ndarray], signs: np.ndarray, draws: int, rng) -> np.ndarray:
+    """Draws on the front per candidate, each resampling its own replicates."""
+    out = np.zeros(len(reps))
+    if not len(reps):
+        return out
+    base = np.stack([r.mean(axis=0) for r in reps])
+    groups = {}
+    for i, r in enumerate(reps):
+        if len(r) > 1:
+            groups.setdefault(len(r), []).append(i)
+    stacked = {n: np.stack([reps[i] for i in ix]) for n, ix in groups.items()}  # (K_n, n, M)
+    for _ in range(draws):
+        f = base.copy()
+        for n, ix in groups.items():
+            pick = rng.integers(0, n, (len(ix), n))
+            f[ix] = np.take_along_axis(stacked[n], pick[:, :, None], axis=1).mean(axis=1)
+        out += _nondominated(f * signs)
+    return out
 
 
 # ---- one factor in blocks: the permutation test -----------------------------------------

@@ -70,11 +70,12 @@ def replicate_seeds(record: TrialRecord, k: int | None) -> list[int] | None:
 def front_probabilities(reps: list[np.ndarray], directions: list[str],
                         seeds: list[list[int] | None] | None = None) -> list[float | None]:
     """``nas.noise.p_front`` of each point (paired by seed where every point shares its seeds),
-    or None for all when no point has two replicates."""
+    or None for all when no point has two replicates. 1,000 draws however many points: the
+    bootstrap resamples only the points that can reach the front, so a point's p_front does
+    not depend on how many dominated points the experiment holds."""
     if not reps or max(len(r) for r in reps) < 2:
         return [None] * len(reps)
-    draws = 1000 if len(reps) <= 100 else max(100, 100_000 // len(reps))
-    return p_front(reps, directions, draws=draws, seeds=seeds).tolist()
+    return p_front(reps, directions, draws=1000, seeds=seeds).tolist()
 
 
 def quality_name(objectives: list[Objective]) -> str | None:
