@@ -79,3 +79,28 @@ def test_pruned_candidates_are_zero_and_the_rest_are_resampled():
     bad = [np.column_stack([0.5 + 0.01 * rng.normal(size=5), np.full(5, 2.0)]) for _ in range(200)]
     p = p_front(good + bad, ["maximize", "minimize"], seeds=[list(range(5))] * 201)
     assert p[0] == 1.0 and not p[1:].any()
+
+
+def test_the_progress_line_counts_and_ranks_means_without_the_bootstrap(tmp_path, monkeypatch):
+    import runners.sweep.front as front_module
+    from runners.sweep.driver import Sweep
+    from runners.sweep.front import front
+    from runners.sweep.run import _Line
+    from test_replicates import outcome, space
+
+    def no_bootstrap(*args, **kw):
+        raise AssertionError("the progress line ran the bootstrap")
+
+    sweep = Sweep(space(tmp_path), tmp_path / "exp", "optuna")
+    line = _Line(sweep)
+    jobs = [sweep.next_job() for _ in range(6)]
+    values = {jobs[0].trial: [0.5, 0.6, 0.7], jobs[3].trial: [0.2, 0.3, 0.2]}
+    monkeypatch.setattr(front_module, "p_front", no_bootstrap)
+    monkeypatch.setattr("nas.noise.p_front", no_bootstrap)
+    for job in jobs:
+        assert line.counts() == sweep.counts()
+        sweep.finish(job.id, outcome(values[job.trial][job.replicate]))
+    assert line.counts() == sweep.counts() and line.counts()["complete"] == 2
+    monkeypatch.undo()
+    members = [p.trial for p in front(list(sweep.records.values()), sweep.objectives)]
+    assert line.text(line.counts()).endswith("front: " + ", ".join(members))

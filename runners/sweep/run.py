@@ -1,8 +1,11 @@
 """``run_sweep``: a space in, an experiment directory out, on the chosen backend."""
 from __future__ import annotations
 
+import math
 from contextlib import closing
 from pathlib import Path
+
+import numpy as np
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -10,19 +13,98 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from nas.space import Space, load_space
 
 from .driver import Sweep, default_out
-from .front import front
 
 BACKENDS = ("optuna", "ray")
 DEFAULT_BACKEND = "optuna"  # one machine: no Ray start-up; see benchmarks/bench_sweep.py
+STATUSES = ("complete", "running", "pruned", "failed", "timeout", "oom", "infeasible", "duplicate")
 
 
-def _line(sweep: Sweep) -> str:
-    c = sweep.counts()
-    best = front(list(sweep.records.values()), sweep.objectives)
-    shown = ", ".join(f"{p.trial}{'' if p.k is None else f'@k={p.k}'}" for p in best[:6])
-    parts = [f"{c['complete']} complete", f"{c['running']} running"]
-    parts += [f"{c[s]} {s}" for s in ("pruned", "failed", "timeout", "infeasible", "duplicate") if c[s]]
-    return " · ".join(parts) + (f" │ front: {shown}" if shown else "")
+class _Watched(dict):
+    """The driver's records, remembering which were written (``Sweep._write``) since the
+    progress line last looked."""
+
+    def __init__(self, records: dict):
+        super().__init__(records)
+        self.dirty = set(records)
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.dirty.add(key)
+
+
+class _Line:
+    """The progress line: counts by status and the front of the replicate means (no
+    bootstrap: p_front is shown by status, report and the end of the sweep), kept up to
+    date from the records written since the last message, so a message costs the same at
+    10 candidates as at 10,000."""
+
+    def __init__(self, sweep: Sweep):
+        from .front import cost_key
+
+        self.sweep = sweep
+        sweep.records = self.records = _Watched(sweep.records)
+        self.names = [o.name for o in sweep.objectives]
+        self.signs = np.array([1.0 if o.direction == "minimize" else -1.0 for o in sweep.objectives])
+        self.key = self.names.index(cost_key(sweep.objectives))
+        self.status: dict[str, str] = {}
+        self.tally = dict.fromkeys(STATUSES, 0)  # every status but running
+        self.running: set[str] = set()
+        self.placed: dict[str, list[tuple]] = {}  # record id -> its point keys
+        self.points: dict[tuple, np.ndarray] = {}  # (number, point index, id, k) -> minimised values
+        self.front: dict[tuple, np.ndarray] = {}
+
+    def counts(self) -> dict[str, int]:
+        """``Sweep.counts``, from the records written since the last call."""
+        stale = False
+        while self.records.dirty:
+            stale |= self._take(self.records[self.records.dirty.pop()])
+        if stale:  # a front member was rewritten (rare): rank every point again
+            self.front = {}
+            for key, f in self.points.items():
+                self._insert(key, f)
+        return {**self.tally, "running": sum(1 for rid in self.running  # interrupted ones are queued again
+                                             if rid in self.sweep.active or self.records[rid].duplicate_of)}
+
+    def text(self, c: dict[str, int]) -> str:
+        best = sorted(self.front, key=lambda k: (self.front[k][self.key] * self.signs[self.key], k))
+        shown = ", ".join(f"{k[2]}{'' if k[3] is None else f'@k={k[3]}'}" for k in best[:6])
+        parts = [f"{c['complete']} complete", f"{c['running']} running"]
+        parts += [f"{c[s]} {s}" for s in ("pruned", "failed", "timeout", "infeasible", "duplicate") if c[s]]
+        return " · ".join(parts) + (f" │ front: {shown}" if shown else "")
+
+    def _take(self, record) -> bool:
+        """Count ``record`` anew and place its points; True when the front must be ranked again."""
+        old = self.status.get(record.id)
+        if old is not None and old != "running":
+            self.tally[old] -= 1
+        self.running.discard(record.id)
+        self.status[record.id] = record.status
+        if record.status == "running":
+            self.running.add(record.id)
+        else:
+            self.tally[record.status] += 1
+        stale = False
+        for k in self.placed.pop(record.id, ()):
+            self.points.pop(k)
+            stale |= self.front.pop(k, None) is not None
+        if record.status != "complete":
+            return stale
+        keys = self.placed[record.id] = []
+        for n, p in enumerate(record.points):
+            if not all(name in p.values and math.isfinite(p.values[name]) for name in self.names):
+                continue
+            key = (record.number, n, record.id, p.k)
+            f = self.points[key] = np.array([p.values[name] for name in self.names]) * self.signs
+            keys.append(key)
+            if not stale:
+                self._insert(key, f)
+        return stale
+
+    def _insert(self, key: tuple, f: np.ndarray) -> None:
+        """The front with one more point: it joins unless dominated, and drops what it dominates."""
+        if not any((g <= f).all() and (g < f).any() for g in self.front.values()):
+            self.front = {k: g for k, g in self.front.items() if not ((f <= g).all() and (f < g).any())}
+            self.front[key] = f
 
 
 def _bar(console: Console, progress: bool) -> Progress:
@@ -62,11 +144,12 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
     bar = _bar(console, progress)
     with closing(sweep), bar:  # closing: the directory is released however the sweep ends
         task = bar.add_task("", total=sweep.total, name=space.name)
+        line = _Line(sweep)
 
         def on_change() -> None:
-            c = sweep.counts()
+            c = line.counts()
             done = sum(c[s] for s in sweep.final)
-            bar.update(task, completed=min(sweep.total, done), description=_line(sweep))
+            bar.update(task, completed=min(sweep.total, done), description=line.text(c))
 
         on_change()
         try:
@@ -105,13 +188,14 @@ def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: 
                   markup=False, highlight=False)
     bar = _bar(console, progress)
     task = bar.add_task("", total=sweep.total, name=f"{space.name} evaluations", start=False)
+    line = _Line(sweep)
 
     def on_change() -> None:
         if not bar.tasks[0].started:
             bar.start()
             bar.start_task(task)
-        c = sweep.counts()
-        bar.update(task, completed=min(sweep.total, c["complete"] + c["duplicate"]), description=_line(sweep))
+        c = line.counts()
+        bar.update(task, completed=min(sweep.total, c["complete"] + c["duplicate"]), description=line.text(c))
 
     try:
         try:
