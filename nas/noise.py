@@ -35,7 +35,7 @@ import numpy as np
 
 
 __all__ = ["TIE_ALPHA", "Z", "PairTest", "PermutationResult", "SeedEffect", "TauCI", "beyond_noise",
-           "compare", "holm", "kendall_tau", "mean_se", "p_front", "p_text", "paired_seeds",
+           "compare", "front_candidates", "holm", "kendall_tau", "mean_se", "p_front", "p_text", "paired_seeds",
            "permutation_floor", "permutation_test", "pooled_variance", "seed_effect", "spearman", "tau_ci",
            "tied_neighbours"]
 
@@ -188,27 +188,51 @@ def p_front(replicates: Sequence[np.ndarray], directions: Sequence[str], draws: 
     candidates with the same replicate count, a stream of its own (the same distribution).
     The front of a draw is a sort for two objectives (O(n log n)), a sweep otherwise.
     """
-    reps = [np.atleast_2d(np.asarray(r, dtype=float)) for r in replicates]
+    reps, order = _aligned(replicates, seeds)
     if not reps:
         return np.zeros(0)
     rng = np.random.default_rng(seed)
+    signs = np.array([1.0 if d == "minimize" else -1.0 for d in directions])
+    idx = rng.integers(0, len(order), (draws, len(order))) if order is not None else None
+    keep = _candidates(reps, signs, idx)
+    hits = np.zeros(len(reps))
+    if idx is not None:
+        hits[keep] = _paired_hits([reps[i] for i in keep], signs, idx)
+    else:
+        hits[keep] = _unpaired_hits([reps[i] for i in keep], signs, draws, rng)
+    return hits / draws
+
+
+def front_candidates(replicates: Sequence[np.ndarray], directions: Sequence[str], draws: int = 1000,
+                     seed: int = 0, seeds: Sequence[Sequence[int] | None] | None = None) -> np.ndarray:
+    """Indices of the candidates :func:`p_front` (same arguments) resamples: every other is
+    dominated in each of its draws by one of these, so ``p_front`` of these alone (with
+    their seeds) is ``p_front`` of all, draw for draw when paired."""
+    reps, order = _aligned(replicates, seeds)
+    if not reps:
+        return np.zeros(0, dtype=int)
+    signs = np.array([1.0 if d == "minimize" else -1.0 for d in directions])
+    rng = np.random.default_rng(seed)
+    return _candidates(reps, signs, rng.integers(0, len(order), (draws, len(order))) if order is not None else None)
+
+
+def _aligned(replicates, seeds) -> tuple[list[np.ndarray], list[int] | None]:
+    """The replicate arrays, rows in seed order when paired, and the shared seeds (None: unpaired)."""
+    reps = [np.atleast_2d(np.asarray(r, dtype=float)) for r in replicates]
     multi = [i for i, r in enumerate(reps) if len(r) > 1]
     order = paired_seeds(*[seeds[i] for i in multi]) if seeds is not None and multi else None
     if order is not None:
         for i in multi:
             at = {s: j for j, s in enumerate(seeds[i])}
             reps[i] = reps[i][[at[s] for s in order]]
-    signs = np.array([1.0 if d == "minimize" else -1.0 for d in directions])
-    keep = _reachable(reps, signs, order is not None)
-    hits = np.zeros(len(reps))
-    if order is not None:
-        idx = rng.integers(0, len(order), (draws, len(order)))
-        if len(signs) == 2:
-            keep = keep[_drawn_reachable([reps[i] for i in keep], signs, idx)]
-        hits[keep] = _paired_hits([reps[i] for i in keep], signs, idx)
-    else:
-        hits[keep] = _unpaired_hits([reps[i] for i in keep], signs, draws, rng)
-    return hits / draws
+    return reps, order
+
+
+def _candidates(reps: list[np.ndarray], signs: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
+    keep = _reachable(reps, signs, idx is not None)
+    if idx is not None and len(signs) == 2:
+        keep = keep[_drawn_reachable([reps[i] for i in keep], signs, idx)]
+    return keep
 
 
 def _nondominated(f: np.ndarray) -> np.ndarray:

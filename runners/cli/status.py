@@ -26,41 +26,83 @@ def _se(point, objectives) -> dict[str, float | None]:
 
 
 def per_device(records) -> dict[str, int]:
-    """Trials per device they ran on (``node/device`` when they ran on several nodes)."""
-    nodes = {r.node for r in records if r.devices}
+    """Trials per device they ran on (``node/device`` when they ran on several nodes);
+    ``records``: trial records or their digests (``runners.sweep.records.read_index``)."""
+    records = [r if isinstance(r, dict) else {"node": r.node, "devices": r.devices} for r in records]
+    nodes = {r["node"] for r in records if r["devices"]}
     out: dict[str, int] = {}
     for r in records:
-        for d in r.devices:
-            key = f"{r.node}/{d}" if len(nodes) > 1 else d
+        for d in r["devices"]:
+            key = f"{r['node']}/{d}" if len(nodes) > 1 else d
             out[key] = out.get(key, 0) + 1
     return dict(sorted(out.items()))
+
+
+def _replicates(d: dict, k, objectives, values: dict) -> tuple[list[list[float]], list[int] | None]:
+    """A digest's replicate rows and seeds at ``k``, as ``front.replicate_rows``/``replicate_seeds``
+    give them for its record."""
+    rows, seeds = [], []
+    for _, seed, status, points in d["reps"]:
+        if status != "complete":
+            continue
+        for pk, rep in points:
+            if pk == k:
+                rows.append([rep.get(o.name, values[o.name]) if o.measured else values[o.name] for o in objectives])
+                seeds.append(seed)
+                break
+    return rows or [[values[o.name] for o in objectives]], seeds or None
+
+
+def front_records(digests: list[dict], objectives) -> list:
+    """The trial records (from their digests) whose points can reach the front: the others
+    are dominated in every draw of the p_front bootstrap (``nas.noise.front_candidates``),
+    so ``runners.sweep.front.front`` of these is the front of all, with the same p_front."""
+    from nas.noise import front_candidates
+    from runners.sweep.records import undigest
+
+    owners, reps, seeds = [], [], []
+    for n, d in enumerate(digests):
+        if d["status"] != "complete":
+            continue
+        for p in d["points"]:
+            values = p["values"]
+            if all(o.name in values and values[o.name] is not None and math.isfinite(values[o.name])
+                   for o in objectives):
+                rows, s = _replicates(d, p["k"], objectives, values)
+                owners.append(n)
+                reps.append(rows)
+                seeds.append(s)
+    if not reps:
+        return []
+    keep = front_candidates(reps, [o.direction for o in objectives], seeds=seeds)
+    return [undigest(digests[n]) for n in sorted({owners[i] for i in keep})]
 
 
 def status_data(exp_dir: Path) -> dict:
     from runners.report.oneshot import read_check
     from runners.sweep.front import front, noise_sentence, quality_name
-    from runners.sweep.records import read_experiment, read_trials, study_storage
+    from runners.sweep.records import read_experiment, read_index, study_storage
     from runners.transfer import status_entry
 
     exp = read_experiment(exp_dir)
     unreadable: list = []
-    records = read_trials(exp_dir, problems=unreadable)
-    counts = {s: sum(r.status == s for r in records) for s in STATUSES}
-    points = front(records, exp.objectives)
-    elastic = sum(1 for r in records if r.status == "complete" and len(r.points) > 1)
+    digests = read_index(exp_dir, problems=unreadable)  # incremental: only changed records are read
+    counts = {s: sum(d["status"] == s for d in digests) for s in STATUSES}
+    points = front(front_records(digests, exp.objectives), exp.objectives)
+    elastic = sum(1 for d in digests if d["status"] == "complete" and len(d["points"]) > 1)
     url = (exp.space.get("search") or {}).get("storage")
     storage = exp.storage if url and exp.storage else study_storage(exp_dir, url)  # a journal moves with the directory
     return {"experiment": exp.name, "dir": str(exp_dir), "storage": storage, "backend": exp.backend,
             "requested": exp.trials, "unreadable": [str(p) for p in unreadable],
-            **counts, "elastic_trials": elastic, "seeds": exp.seeds, "devices": per_device(records),
+            **counts, "elastic_trials": elastic, "seeds": exp.seeds, "devices": per_device(digests),
             "objectives": [o.model_dump() for o in exp.objectives],
             "noise": noise_sentence(points, quality_name(exp.objectives), exp.seeds),
             **status_entry(exp_dir),  # loopnas transfer's verdict and tau, when EXP/transfer/ has one
             "front": [{"trial": p.trial, "k": p.k, "values": p.values, "se": _se(p, exp.objectives),
                        "n": p.n, "p_front": p.p_front, "tied": p.tied, "summary": p.summary}
                       for p in points],
-            "failures": [{"trial": r.id, "status": r.status, "reason": r.reason} for r in records
-                         if r.status in ("failed", "timeout", "oom")],
+            "failures": [{"trial": d["id"], "status": d["status"], "reason": d["reason"]} for d in digests
+                         if d["status"] in ("failed", "timeout", "oom")],
             "oneshot_check": read_check(exp_dir)}  # a one-shot sweep's self-check, else None
 
 

@@ -8,6 +8,8 @@ Layout (every file written atomically, as it happens)::
       study.journal           the Optuna study (JournalStorage): optuna-dashboard opens it
       driver.lock             held by the one driver running the sweep (runners.sweep.lock)
       trials/t0007.json       one TrialRecord per trial (any status, updated as it runs)
+      index.json              a digest of each trial record (read_index), kept by status and report
+      index.more.json         the rest of each digest, kept by report
       trials/t0007/           per-trial scratch: checkpoint.pt, result.json of the trainer
       trials/t0007/s1/        ... of replicate 1, when the trial has several (proxy.seeds > 1)
 
@@ -170,9 +172,6 @@ class ExperimentRecord(_Record):
     seq_len: int = Field(description="context the cost sheets and kv_bytes are priced at")
     storage: str | None = Field(None, description="the RDB study as the sweep opened it (study_storage); "
                                 "None: the journal in the directory")
-    identity: dict[str, str] | None = Field(None, description="nas.space.identity at start (the base spec's, "
-                                            "a Python space's source, the proxy's and the objectives' hashes), "
-                                            "compared on a resume; None: written before it was kept")
 
 
 class RecordError(LoopnasError):
@@ -350,6 +349,135 @@ def read_trials(exp_dir: str | Path, problems: list[Unreadable] | None = None) -
     return sorted(records, key=lambda r: r.number)
 
 
+INDEX = "index.json"  # EXP/index.json: a digest of every trial record, kept by its readers
+INDEX_MORE = "index.more.json"  # the rest of each digest: what the report reads beyond status
+_HEAVY = ("ops", "extras", "projection_flops_breakdown")  # cost-sheet detail no reader of many trials needs
+
+
+def arch_problem(arch: dict | None) -> str:
+    """Why a trial's canonical spec does not validate (status and report draw and reprice
+    it), or ''."""
+    if arch is None:
+        return ""
+    from pydantic import ValidationError
+
+    from nas.spec import ArchSpec
+    try:
+        ArchSpec.model_validate(arch)
+    except (ValidationError, ValueError, TypeError) as exc:
+        first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
+        where = ".".join(map(str, first["loc"])) or "the top level"
+        return f"arch is not a valid spec: {where}: {first['msg']}"
+    return ""
+
+
+_BRIEF = {"id", "number", "status", "reason", "node", "devices", "points", "summary"}
+
+
+def digest(record: TrialRecord) -> dict:
+    """What a reader of many trials needs of one record, as JSON data a :class:`TrialRecord`
+    validates from (:func:`undigest`): its status, devices, summary and points, under
+    ``"reps"`` its replicates' ``[index, seed, status, [[k, values], ...]]``; under ``"more"``, the rest but the canonical spec (``arch_problem`` says whether it is valid), replicate rungs and
+    timings and the cost sheet's per-op detail, with rungs as (step, quality)."""
+    data = record.model_dump(mode="json", include=_BRIEF)
+    data["reps"] = [[r.index, r.seed, r.status, [[p.k, p.values] for p in r.points]] for r in record.replicates]
+    more = record.model_dump(mode="json", exclude=_BRIEF | {"arch", "violations", "replicates", "rungs", "cost"})
+    more["rungs"] = [{"step": r.step, "quality": r.quality} for r in record.rungs]
+    if record.cost is not None:
+        cost = {k: v for k, v in record.cost.items() if k not in _HEAVY}
+        if isinstance(cost.get("per_k"), dict):
+            cost["per_k"] = {k: {f: x for f, x in v.items() if f not in _HEAVY} if isinstance(v, dict) else v
+                             for k, v in cost["per_k"].items()}
+        more["cost"] = cost
+    more["arch_problem"] = arch_problem(record.arch)
+    more["has_arch"] = record.arch is not None
+    data["more"] = more
+    return data
+
+
+def undigest(data: dict, more: bool = False) -> TrialRecord:
+    """The :class:`TrialRecord` a :func:`digest` keeps (with its ``"more"`` when ``more``)."""
+    replicates = [{"index": i, "seed": seed, "status": status, "points": [{"k": k, "values": v} for k, v in points]}
+                  for i, seed, status, points in data["reps"]]
+    brief = {k: v for k, v in data.items() if k not in ("reps", "more")}
+    return TrialRecord.model_validate({**brief, "replicates": replicates, **(data["more"] if more else {})})
+
+
+def _version(entry: os.DirEntry) -> list[int]:
+    st = entry.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _cached(path: Path) -> dict:
+    try:
+        data = json.loads(read_bounded(path, 64 * MAX_EXPERIMENT))
+        return data["trials"] if data.get("format") == 2 and isinstance(data["trials"], dict) else {}
+    except (OSError, Skipped, ValueError, AttributeError, KeyError, TypeError):
+        return {}
+
+
+def read_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, more: bool = False) -> list[dict]:
+    """The :func:`digest` of every readable trial record, by trial number (``"more"`` a dict,
+    or absent unless ``more``): incremental. ``EXP/index.json`` (``index.more.json`` for
+    the rest) keeps each record's digest beside the file's size, modification time and
+    inode (records are replaced whole, so a new version has a new inode); a record whose
+    file changed, and only such, is read again (:func:`read_trials`'s rules, its problems
+    appended to ``problems``), and the index rewritten atomically when anything changed
+    (not at all where the directory cannot be written: the next reader reads again).
+    Memory stays that of the digests: one full record at a time."""
+    exp_dir = Path(exp_dir)
+    trials = exp_dir / TRIALS
+    brief_cache, more_cache = _cached(exp_dir / INDEX), _cached(exp_dir / INDEX_MORE) if more else None
+    fresh: tuple[dict, dict] = ({}, {})
+    out, changed = [], False
+    try:
+        entries = sorted((e for e in os.scandir(trials) if e.name.startswith("t") and e.name.endswith(".json")),
+                         key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        entries = []
+    for entry in entries:
+        path = Path(entry.path)
+        try:
+            version = _version(entry)
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            if problems is None:
+                raise RecordError(f"{Unreadable(path, why)}; restore it or move it out of {trials}") from None
+            problems.append(Unreadable(path, why))
+            continue
+        hits = [c.get(entry.name) for c in (brief_cache, more_cache) if c is not None]
+        if all(isinstance(h, list) and len(h) == 2 and h[0] == version for h in hits):
+            parts = [h[1] for h in hits]
+        else:
+            record, why = _why(path, TrialRecord)
+            if record is None:
+                if problems is None:
+                    raise RecordError(f"{Unreadable(path, why)}; restore it or move it out of {trials}")
+                problems.append(Unreadable(path, why))
+                continue
+            brief = digest(record)
+            parts = [brief, brief.pop("more")]
+            changed = True
+        for f, part in zip(fresh, parts):
+            f[entry.name] = [version, part]
+        out.append({**parts[0], "more": parts[1]} if more else parts[0])
+    if changed or len(fresh[0]) != len(brief_cache):
+        _write_index(exp_dir, fresh, more)
+    return sorted(out, key=lambda d: d["number"])
+
+
+def _write_index(exp_dir: Path, fresh: tuple[dict, dict], more: bool) -> None:
+    """Both index files, atomically; a reader that did not load the second merges into it."""
+    if not more:
+        kept = _cached(exp_dir / INDEX_MORE)
+        fresh = (fresh[0], {**{n: kept[n] for n in fresh[0] if n in kept}, **fresh[1]})
+    try:
+        for name, trials in zip((INDEX, INDEX_MORE), fresh):
+            write_text(exp_dir / name, json.dumps({"format": 2, "trials": trials}, separators=(",", ":")))
+    except OSError:
+        pass
+
+
 def repair_journal(path: Path) -> int:
     """Check the study's journal before it is opened: a torn last entry (a write cut short
     by a kill or a full disk: Optuna never replayed it) is cut off, so the next append does
@@ -392,6 +520,6 @@ def study_storage(exp_dir: str | Path, url: str | None) -> str:
 
 __all__ = ["Status", "Direction", "Objective", "Rung", "Point", "Replicate", "TrialRecord", "ExperimentRecord",
            "RecordError", "Unreadable", "write_text", "write_json", "trial_path", "read_experiment", "read_trials",
-           "run_dir", "checkpoint_of",
+           "run_dir", "checkpoint_of", "INDEX", "INDEX_MORE", "arch_problem", "digest", "read_index", "undigest",
            "repair_journal", "study_storage", "read_bounded", "read_record", "read_optional", "Skipped",
            "EXPERIMENT", "TRIALS", "JOURNAL", "MAX_RECORD", "MAX_EXPERIMENT"]
