@@ -209,7 +209,7 @@ loop: {boundary: block, T: 3, topk: [16, 8, 4]}
 ROOMS = {
     "proxy": ("runners.train", "runners.tasks", "runners.elastic", "runners.checkpoint", "runners.weights"),
     "measure": ("runners.bench",),
-    "search": ("runners.sweep", "runners.oneshot", "runners.calibrate", "runners.transfer"),
+    "search": ("runners.sweep", "runners.oneshot", "runners.calibrate", "runners.transfer", "runners.track"),
     "results": ("runners.report", "runners.export"),
     "inspect": ("runners.diagnose", "runners.render"),
     "cli": ("runners.cli", "runners.__main__"),
