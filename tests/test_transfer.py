@@ -12,8 +12,9 @@ import pytest
 from nas.space import load_space
 from runners.calibrate import design, scaled
 from runners.sweep.driver import Sweep
+from nas.noise import spearman
 from runners.transfer import analyse, choose, markdown, parse_candidates, prepare, write
-from runners.transfer.analysis import classify, extrapolate, spearman
+from runners.transfer.analysis import classify, extrapolate
 from runners.transfer.plan import TransferError
 
 SPACE = """\
@@ -324,3 +325,17 @@ def test_elastic_points_are_retrained_once_per_trial_and_compared_at_the_same_k(
     assert by["t0001@k=2"].mean == pytest.approx(0.8, abs=0.01) and by["t0001@k=1"].k == 1
     [flip] = [d for d in big.pairs.detail if d.outcome == "flipped"]
     assert {flip.a, flip.b} == {"t0000@k=2", "t0001@k=2"}
+
+
+def test_a_transfer_is_recomputed_from_its_per_seed_values(tmp_path):
+    """transfer.json holds every candidate's value per seed at every scale: reanalysed() gives
+    back the same τ, pairs and verdicts (what experiments/ regenerates its markdown from)."""
+    from runners.transfer.analysis import reanalysed
+
+    exp = base_sweep(tmp_path, planted(BASE))
+    prep = prepare(exp, scales=(2.0,), candidates="all")
+    swapped = {**BASE, 32: BASE[112], 112: BASE[32]}
+    grown(prep, {2.0: planted(swapped)})
+    t = analyse(prep)
+    again = reanalysed(type(t).model_validate_json(t.model_dump_json()))
+    assert markdown(again) == markdown(t) and again.scales[1].pairs.flipped == t.scales[1].pairs.flipped > 0

@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from nas.noise import TIE_ALPHA, compare, kendall_tau, mean_se, spearman, tau_ci
+from nas.noise import TIE_ALPHA, compare, kendall_tau, mean_se, tau_ci
 
 DRAWS, LEVEL, BOOT_SEED = 2000, 0.95, 0
 Outcome = Literal["kept", "flipped", "within_noise", "newly_separated", "still_within_noise"]
@@ -233,6 +233,30 @@ def compare_scale(result: ScaleResult, base: list[Measured], scale: list[Measure
     return result
 
 
+def reanalysed(t: Transfer) -> Transfer:
+    """The same transfer's statistics redone from the per-seed values it holds (each scale's
+    candidates' ``seeds`` and ``values``): τ, ρ, their intervals, the pairs, the verdicts and
+    any extrapolation, with today's ``nas.noise``; the fronts (means only) are kept."""
+    def measured(r: ScaleResult) -> list[Measured]:
+        return [Measured(label=c.label, trial=c.trial, k=c.k, by_seed=dict(zip(c.seeds, c.values)),
+                         objectives=dict(c.objectives), unique_params=c.unique_params,
+                         projection_flops=c.projection_flops, summary=c.summary, status=c.status,
+                         scaled_trial=c.scaled_trial) for c in r.candidates]
+
+    base = measured(t.scales[0])
+    results = [compare_scale(t.scales[0].model_copy(deep=True), base, base)]
+    p = results[0].pairs
+    results[0].verdict = f"{p.separated} of {p.separated + p.unseparated} pairs differ beyond seed noise at the base"
+    for r in t.scales[1:]:
+        again = compare_scale(r.model_copy(deep=True), base, measured(r))
+        again.verdict = scale_verdict(again, t.direction)
+        results.append(again)
+    out = t.model_copy(update={"scales": results, "verdict": overall_verdict(results, t.direction)})
+    if t.extrapolation is not None:
+        out.extrapolation = extrapolate(results, t.extrapolation.target, t.direction)
+    return out
+
+
 def _common_seeds(measured: list[Measured]) -> list[int]:
     common = set.intersection(*(set(m.by_seed) for m in measured))
     return sorted(common)
@@ -378,4 +402,4 @@ def extrapolation_sentence(e: Extrapolation) -> str:
 
 __all__ = ["CandidateResult", "Extrapolation", "Measured", "PairResult", "Pairs", "Prediction", "ScaleResult",
            "Transfer", "classify", "compare_scale", "extrapolate", "extrapolation_sentence", "front_labels",
-           "overall_verdict", "pairs", "rank_agreement", "scale_verdict", "shown", "spearman"]
+           "overall_verdict", "pairs", "rank_agreement", "reanalysed", "scale_verdict", "shown"]
