@@ -1,33 +1,35 @@
-"""Every committed calibration's markdown is what its committed raw values give (issue #29):
-no number in experiments/results/calibration_*.md is typed by hand, and a change to the
-statistics that moves one shows up here (rerun `python experiments/calibrations.py`)."""
+"""Every committed calibration's and transfer's markdown is what its committed raw values give
+(issues #29, #30): no number in experiments/results/{calibration,transfer}_*.md is typed by
+hand, and a change to the statistics that moves one shows up here (rerun `python
+experiments/regenerate.py`)."""
 import importlib.util
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "experiments" / "calibrations.py"
+SCRIPT = ROOT / "experiments" / "regenerate.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("calibrations", SCRIPT)
+    spec = importlib.util.spec_from_file_location("regenerate", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-NAMES = sorted(p.stem.removeprefix("calibration_") for p in (ROOT / "experiments" / "results").glob("calibration_*.json"))
+NAMES = sorted(p.stem for kind in ("calibration", "transfer")
+               for p in (ROOT / "experiments" / "results").glob(f"{kind}_*.json"))
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_committed_markdown_is_regenerated_from_the_raw_values(name):
     current, regenerated = _script().regenerate(name)
-    assert current == regenerated, f"run: python experiments/calibrations.py {name}"
+    assert current == regenerated, f"run: python experiments/regenerate.py {name}"
 
 
 def test_there_are_committed_calibrations():
-    assert {"quickstart", "mixerloop"} <= set(NAMES)
+    assert {"calibration_quickstart", "calibration_mixerloop"} <= set(NAMES)
 
 
 def _readme_row(question):
