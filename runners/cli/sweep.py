@@ -1,6 +1,7 @@
 """``loopnas sweep SPACE``: search a space; trials train in parallel on Optuna or Ray."""
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -40,6 +41,20 @@ def all_failed(exp: Path) -> str | None:
             f"{' '.join((first.reason or first.status).split())[:400]}")
 
 
+class Tracker(str, Enum):
+    """An experiment tracker the driver logs to (``runners.track``), beside search.track."""
+
+    mlflow = "mlflow"
+    tensorboard = "tensorboard"
+    wandb = "wandb"
+
+
+TrackOpt = Annotated[list[Tracker] | None, typer.Option(
+    "--track", help="Also log to this tracker (repeat for several): mlflow (MLFLOW_TRACKING_URI, else "
+                    "OUT/mlflow.db), tensorboard (OUT/tensorboard), wandb (WANDB_MODE=offline: OUT/wandb).",
+    show_default=False)]
+
+
 @app.command("sweep")
 def sweep_cmd(
     space: SpaceArg,
@@ -50,6 +65,7 @@ def sweep_cmd(
     address: Annotated[str | None, typer.Option("--address", help="Join an existing Ray cluster (auto or host:port).")] = None,
     seeds: SeedsOpt = None,
     backend: OldEngineOpt = None,
+    track: TrackOpt = None,
 ) -> None:
     """Search a space and write an experiment directory (default runs/<space name>).
     A one-shot space (with a oneshot: section) trains one supernet, then evaluates its
@@ -62,11 +78,13 @@ def sweep_cmd(
       loopnas sweep quickstart --engine ray --out runs/qs
       loopnas sweep quickstart --seeds 5 --out runs/qs5
       loopnas sweep quickstart --out runs/qs --resume
+      loopnas sweep quickstart --out runs/qs --track mlflow --track tensorboard
       loopnas sweep my_space.yaml --engine ray --address auto
       loopnas sweep spaces/oneshot_placement.yaml --out runs/os
     """
     from nas.space import load_space
     from runners.sweep.driver import default_out
+    from runners.report import write_report
     from runners.sweep.run import DEFAULT_BACKEND, run_sweep
 
     from .report import write_problem
@@ -75,9 +93,16 @@ def sweep_cmd(
     loaded = load_space(space)
     where = out or default_out(loaded)
     again = f"loopnas sweep {space} --out {where} --resume"
+    written = []
+
+    def report_once(exp: Path):  # run_sweep writes it for its trackers (when it has any): not twice
+        written.append(write_report(exp))
+        return written[-1]
+
     try:
         path = run_sweep(loaded, out=out, backend=pick_engine(engine, backend) or DEFAULT_BACKEND, trials=trials,
-                         resume=resume, address=address, seeds=seeds)
+                         resume=resume, address=address, seeds=seeds, track=[t.value for t in track or []],
+                         report=report_once)
     except KeyboardInterrupt:
         console.print(f"interrupted: continue with  {again}", markup=False, highlight=False)
         raise typer.Exit(130) from None
@@ -85,8 +110,6 @@ def sweep_cmd(
         started = (Path(where) / "experiment.json").is_file()
         raise UsageError(write_problem(exc, f"the sweep stopped: a write in {where} failed", f"continue with  {again}"
                                        if started else "run it again")) from None
-    from runners.report import write_report
-
     from .status import print_status
     print_status(path)
     failed = all_failed(path)
@@ -94,7 +117,7 @@ def sweep_cmd(
         console_err.print(f"error: {failed}", markup=False, highlight=False)
         raise typer.Exit(1)
     try:
-        report = write_report(path)
+        report = written[-1] if written else write_report(path)
     except OSError as exc:
         raise UsageError(write_problem(exc, f"the sweep is complete, but its report cannot be written in "
                                             f"{path / 'report'}", f"run  loopnas report {path}")) from None

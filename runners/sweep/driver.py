@@ -20,8 +20,10 @@ from nas.errors import LoopnasError, SpecError
 from nas.graph import summary
 from nas.noise import mean_se
 from nas.space import Space, changes, cost_value, grid_size, identity, spec_hash, violations
+from runners.track import Tracking, annotate, mark_front, wanted
 
 from .devices import job_placement
+from .front import front
 from .job import Job, ServingJob
 from .lock import LOCK, LockError, acquire
 from .records import (
@@ -218,8 +220,9 @@ class Sweep:
     settled when all of them are, and the study is told their mean."""
 
     def __init__(self, space: Space, out: str | Path, backend: str, trials: int | None = None,
-                 resume: bool = False, seeds: int | None = None, planned: list[dict] | None = None):
-        self.lock, self._wrote = None, False
+                 resume: bool = False, seeds: int | None = None, planned: list[dict] | None = None,
+                 track: list[str] | None = None):
+        self.lock, self._wrote, self.tracking = None, False, Tracking()
         try:
             self._setup(space, out, backend, trials, resume, seeds, planned)
         except BaseException as exc:
@@ -227,6 +230,9 @@ class Sweep:
             if isinstance(exc, (LockError, RecordError)):
                 raise SweepError(str(exc)) from None
             raise
+        # search.track and --track: logged here, by the one writer (runners.track)
+        self.tracking = Tracking(self.out, wanted(space.spec.search.track, track))
+        self.tracking.on_start(read_experiment(self.out), resume)
 
     def _setup(self, space: Space, out: str | Path, backend: str, trials: int | None, resume: bool,
                seeds: int | None, planned: list[dict] | None) -> None:
@@ -372,6 +378,7 @@ class Sweep:
 
     def close(self) -> None:
         """The sweep has ended (finished, failed or interrupted): another driver may resume it."""
+        self.tracking.close()
         if self.lock is not None:
             self.lock.release()
 
@@ -644,6 +651,7 @@ class Sweep:
             peak_memory=outcome.get("peak_memory"),
             started=outcome.get("started", rep.started), finished=outcome.get("finished", time.time()),
             wall_time=outcome.get("wall_time"))
+        self.tracking.on_replicate(record, index)
         if status != "complete" and rid not in self.doomed:
             who = f"replicate {index} (seed {rep.seed}): " if self.seeds > 1 else ""
             self.doomed[rid] = {"status": status, "reason": who + (outcome.get("reason") or status),
@@ -698,6 +706,7 @@ class Sweep:
         self._write(record)
         trial.set_user_attr("loopnas", {"id": record.id, "status": record.status,
                                         "duplicate_of": record.duplicate_of})
+        annotate(trial, record, self.out)  # what the Optuna dashboard shows of it
         status = original.status if original is not None else record.status
         main = record.points[-1].values if record.points else None
         if status == "complete" and main is not None:
@@ -714,6 +723,14 @@ class Sweep:
             self.study.tell(trial, state=TS.PRUNED)
         else:
             self.study.tell(trial, state=TS.FAIL)
+        self.tracking.on_candidate(record)
+
+    def end(self, report: Path | None = None) -> None:
+        """The budget is spent: the front, computed once, on the study (each member's
+        p_front) and to the trackers, with the report where one was written."""
+        members = front(list(self.records.values()), self.objectives)
+        mark_front(self.study, members, self.records)
+        self.tracking.on_end(members, report)
 
     def interrupted(self) -> None:
         """The driver is stopping early: active trials stay ``running`` for --resume (the

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from contextlib import closing
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -117,10 +118,15 @@ def _bar(console: Console, progress: bool) -> Progress:
 
 def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend: str = DEFAULT_BACKEND,
               trials: int | None = None, resume: bool = False, address: str | None = None,
-              progress: bool = True, seeds: int | None = None, planned: list[dict] | None = None) -> Path:
+              progress: bool = True, seeds: int | None = None, planned: list[dict] | None = None,
+              track: list[str] | None = None, report: Callable[[Path], Any] | None = None) -> Path:
     """Run (or ``resume``) a sweep; returns the experiment directory. ``seeds`` overrides
     the space's ``proxy.seeds`` (replicates per candidate); ``planned``: a fixed list of
-    parameter sets to train instead of sampling (``loopnas calibrate``)."""
+    parameter sets to train instead of sampling (``loopnas calibrate``); ``track``: trackers
+    beside the space's ``search.track`` (``runners.track``), given the report ``report(out)``
+    writes (``runners.report.write_report``) once the sweep has ended."""
+    from runners.track import BACKENDS as TRACKERS
+
     from .driver import SweepError
 
     space = space if isinstance(space, Space) else load_space(space)
@@ -128,6 +134,8 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
         raise SweepError(f"--engine must be one of {', '.join(BACKENDS)} (got {backend!r})")
     if address and backend != "ray":
         raise SweepError("--address joins a Ray cluster: use it with --engine ray")
+    if set(track or []) - set(TRACKERS):
+        raise SweepError(f"--track must be one of {', '.join(TRACKERS)} (got {', '.join(track)})")
     out = Path(out) if out is not None else default_out(space)
     if backend == "ray":  # a cluster that does not answer: one line, before the directory is made
         from .devices import ray_resources
@@ -136,7 +144,7 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
         check_address(address)
     if space.spec.oneshot is not None:
         return _oneshot(space, out, backend, trials, resume, progress, address)
-    sweep = Sweep(space, out, backend, trials=trials, resume=resume, seeds=seeds, planned=planned)
+    sweep = Sweep(space, out, backend, trials=trials, resume=resume, seeds=seeds, planned=planned, track=track)
     console = Console(stderr=True)
     if progress:
         console.print(f"{space.name}: experiment {out} · study {sweep.where}", markup=False, highlight=False,
@@ -163,7 +171,22 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
             sweep.abandon_unstarted()
             raise
         on_change()
+        sweep.end(_report(report, out) if sweep.tracking.active else None)
     return out
+
+
+def _report(write: Callable[[Path], Any] | None, out: Path) -> Path | None:
+    """The directory of the report ``write`` makes for the trackers (``Report.index``'s), or
+    None (a failure is one warning)."""
+    import logging
+
+    if write is None:
+        return None
+    try:
+        return write(out).index.parent
+    except Exception as exc:
+        logging.getLogger("loopnas.track").warning("warning: the report for the trackers cannot be written (%s)", exc)
+        return None
 
 
 def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: bool, progress: bool,
