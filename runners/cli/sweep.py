@@ -52,7 +52,7 @@ class Tracker(str, Enum):
 TrackOpt = Annotated[list[Tracker] | None, typer.Option(
     "--track", help="Also log to this tracker (repeat for several): mlflow (MLFLOW_TRACKING_URI, else "
                     "OUT/mlflow.db), tensorboard (OUT/tensorboard), wandb (WANDB_MODE=offline: OUT/wandb).",
-    show_default=False)]
+    metavar="<mlflow|tensorboard|wandb>", show_default=False)]
 
 
 @app.command("sweep")
