@@ -104,8 +104,10 @@ def calibrate_cmd(
 ) -> None:
     """Train every candidate of a space's grid (or one parameter at a time, for large
     spaces) with several seeds, and say per parameter whether candidates that differ only
-    in it differ beyond seed noise (permutation test, p < 0.01 and effect > 3 s.e.).
-    Writes OUT/budget-*x/ (experiment directories; rerunning resumes them),
+    in it differ beyond seed noise.
+
+    The test: a permutation test paired by seed, exact where countable, Holm-adjusted over
+    every test made; an axis separates at adjusted p < 0.01 with an effect > 3 s.e. Writes OUT/budget-*x/ (experiment directories; rerunning resumes them),
     calibration.json, calibration.md and calibration.png. Default OUT:
     runs/<space name>/calibration, where a sweep's report finds it.
 
