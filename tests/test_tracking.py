@@ -308,3 +308,22 @@ def test_a_missing_or_failing_tracker_is_one_warning_and_the_sweep_goes_on(tmp_p
                                "server went away)")
     assert [r.status for r in read_trials(exp)] == ["complete", "complete"]
     assert len(json.loads((exp / "tracking.json").read_text())["tensorboard"]["logged"]) == 4
+
+
+@needs_mlflow
+def test_a_tracking_server_that_is_down_is_one_warning_within_seconds(tmp_path, caplog, monkeypatch):
+    for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(key, raising=False)  # the tracker's own defaults
+    down = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    sp, exp = space(tmp_path, json.dumps({"mlflow": {"uri": down}, "tensorboard": None})), tmp_path / "exp"
+    start = time.time()
+    with caplog.at_level(logging.WARNING, logger="loopnas.track"):
+        sweep = Sweep(sp, exp, "optuna")
+        while (job := sweep.next_job()) is not None:
+            sweep.finish(job.id, outcome(0.5))
+        sweep.end()
+        sweep.close()
+    assert time.time() - start < 60  # MLflow's own retries would take 4 minutes
+    [line] = [r.getMessage() for r in caplog.records if r.name == "loopnas.track"]
+    assert line.startswith("warning: tracker mlflow failed in on_start (MlflowException")
+    assert [r.status for r in read_trials(exp)] == ["complete", "complete"]

@@ -27,6 +27,10 @@ class MlflowTracker:
         from mlflow.tracking import MlflowClient
 
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # not a line per run under the bar
+        # a server that is down: a warning within seconds, not the sweep stalled (MLflow retries for 4 minutes)
+        for key, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+                           ("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")):
+            os.environ.setdefault(key, value)
         self.out, self.options, self.state = out, options, state
         uri = env_or(options, "uri", "MLFLOW_TRACKING_URI")
         self.local = uri is None
