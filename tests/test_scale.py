@@ -104,3 +104,76 @@ def test_the_progress_line_counts_and_ranks_means_without_the_bootstrap(tmp_path
     monkeypatch.undo()
     members = [p.trial for p in front(list(sweep.records.values()), sweep.objectives)]
     assert line.text(line.counts()).endswith("front: " + ", ".join(members))
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_status_scale", ROOT / "benchmarks" / "bench_status_scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _source(root: Path) -> Path:
+    """Three small complete records of two objectives and 5 seeds, as a sweep writes them."""
+    from runners.sweep.records import ExperimentRecord, Objective, Point, Replicate, TrialRecord, write_json
+
+    objectives = [Objective(name="acc", direction="maximize", measured=True),
+                  Objective(name="projection_flops", direction="minimize", measured=False)]
+    (root / "trials").mkdir(parents=True)
+    write_json(root / "experiment.json", ExperimentRecord(name="src", space={}, objectives=objectives,
+                                                          backend="optuna", trials=3, seeds=5, created=0.0,
+                                                          seq_len=64))
+    rng = np.random.default_rng(7)
+    for n, (acc, flops) in enumerate([(0.76, 1.25e5), (0.92, 1.68e5), (0.34, 1.1e5)]):
+        accs = acc + 0.03 * rng.normal(size=5)
+        reps = [Replicate(index=i, seed=i, status="complete",
+                          points=[Point(values={"acc": float(a), "projection_flops": flops})]) for i, a in enumerate(accs)]
+        write_json(root / "trials" / f"t{n:04d}.json", TrialRecord(
+            id=f"t{n:04d}", number=n, status="complete", summary=f"candidate {n}", replicates=reps, params={"n": n},
+            cost={"unique_params": 60_000, "projection_flops_per_token": flops, "forward_flops_per_token": flops,
+                  "kv_cache_bytes": 1024 * n, "state_bytes": 512},
+            points=[Point(values={"acc": float(accs.mean()), "projection_flops": flops}, n=5)]))
+    return root
+
+
+def test_status_of_10000_candidates_equals_the_small_sweep_front(tmp_path):
+    from runners.cli.status import status_data
+    from runners.sweep.front import front
+    from runners.sweep.records import INDEX, read_experiment, read_trials
+
+    exp_dir = _bench().fabricate(_source(tmp_path / "src"), tmp_path / "exp", 10_000)
+    data = status_data(exp_dir)
+    assert (exp_dir / INDEX).is_file() and data["complete"] == 10_000
+    small = front(read_trials(exp_dir), read_experiment(exp_dir).objectives)  # every record, the small-sweep logic
+    assert [(p["trial"], p["values"], p["p_front"], p["tied"]) for p in data["front"]] == \
+        [(p.trial, p.values, p.p_front, p.tied) for p in small]
+    assert any(0 < p["p_front"] < 1 for p in data["front"])  # noise matters on this front
+    # a record rewritten: the index notices (a new inode), and status follows it
+    best = max(small, key=lambda p: p.values["acc"]).trial
+    path = exp_dir / "trials" / f"{best}.json"
+    record = json.loads(path.read_text())
+    record["status"] = "failed"
+    path.with_suffix(".tmp").write_text(json.dumps(record))
+    path.with_suffix(".tmp").replace(path)
+    again = status_data(exp_dir)
+    assert again["failed"] == 1 and best not in [p["trial"] for p in again["front"]]
+
+
+def test_the_report_from_digests_ranks_as_from_whole_records(tmp_path, monkeypatch):
+    import runners.report.data as data
+    from nas.pareto import pareto_front as every_pair
+
+    exp_dir = _bench().fabricate(_source(tmp_path / "src"), tmp_path / "exp", 300)
+    whole = data.load(exp_dir)
+    monkeypatch.setattr(data, "WHOLE", 0)
+    digests = data.load(exp_dir)
+    assert len(whole.rows) == 300 and len(whole.front) > 3
+    assert digests.front == whole.front == every_pair(whole.matrix(), whole.directions).tolist()
+    assert [(r.label, r.values, r.p_front, r.tied) for r in digests.rows] == \
+        [(r.label, r.values, r.p_front, r.tied) for r in whole.rows]
+    assert digests.knee == whole.knee and digests.noise == whole.noise
+    assert data.hypervolume_history(digests) == data.hypervolume_history(whole)
+    for axis in ("compute", "params", "memory"):
+        values = [[r.values["acc"], r.get(axis)] for r in whole.rows]
+        assert data.front_2d(digests, axis) == sorted(every_pair(values, ["maximize", "minimize"]).tolist(),
+                                                      key=lambda i: (whole.rows[i].get(axis), whole.rows[i].label))

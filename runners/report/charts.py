@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+import numpy as np
 import plotly.graph_objects as go
 
 from .axes import Axis, hover, log_scale, quality_title
@@ -11,6 +12,8 @@ from .data import Agreement, Experiment, front_2d
 from .importance import sampled, varying
 
 FRONT, DOMINATED, KNEE, ELASTIC = "#d62728", "#9aa7b8", "#ffbf00", "#c7c7c7"
+MANY = 2000  # dominated points drawn one by one up to this many; past it, one WebGL trace, decimated
+GRID = (240, 120)  # past MANY: one dominated point kept per cell of this grid over the plot
 LAYOUT = dict(template="plotly_white", height=480, margin=dict(l=70, r=30, t=90, b=60),
               title=dict(y=0.97, yanchor="top"),
               legend=dict(orientation="h", yanchor="bottom", y=1.01, xanchor="right", x=1.0))
@@ -45,14 +48,45 @@ def _elastic_links(exp: Experiment, axis: Axis) -> list[go.Scatter]:
     return traces
 
 
+def decimate(xs: list[float], ys: list[float], log_x: bool, cells: tuple[int, int] = GRID) -> list[int]:
+    """Positions of the points to draw: one per cell of a ``cells`` grid over the plot (x on
+    a log scale when ``log_x``), the first in each, in their order. At a chart's size a cell
+    is a few pixels, so what is drawn looks the same and hovers on a point of each cell."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    if log_x:
+        x = np.log(x)
+    cell = [np.floor((v - v.min()) / ((v.max() - v.min()) or 1.0) * (n - 1e-9)).astype(int)
+            for v, n in zip((x, y), cells)]
+    _, first = np.unique(cell[0] * cells[1] + cell[1], return_index=True)
+    return sorted(first.tolist())
+
+
+def _dominated(exp: Experiment, axis: Axis, rest: list[int], xs: list[float]) -> go.Scatter | go.Scattergl:
+    """The dominated points: as they are up to :data:`MANY`; past it, decimated to one per
+    grid cell and drawn by WebGL, without error bars, with a short hover text."""
+    style = dict(mode="markers", marker=dict(color=DOMINATED, size=8, opacity=0.75))
+    if len(rest) <= MANY:
+        return _scatter(exp, axis, rest, name="dominated", **style)
+    q = exp.quality.name
+    keep = [rest[j] for j in decimate([xs[i] for i in rest], [exp.rows[i].values[q] for i in rest], log_scale(xs))]
+    rows = [exp.rows[i] for i in keep]
+    return go.Scattergl(x=[axis.value(r) for r in rows], y=[r.values[q] for r in rows],
+                        hovertext=[f"{r.label}: {q} = {r.values[q]:.4g}, {axis.short} {axis.fmt(axis.value(r))}"
+                                   for r in rows], hovertemplate="%{hovertext}<extra></extra>",
+                        name=f"dominated ({len(keep):,} of {len(rest):,} drawn: one per cell)",
+                        **{**style, "marker": dict(color=DOMINATED, size=6, opacity=0.6)})
+
+
 def front_figure(exp: Experiment, axis: Axis) -> go.Figure:
-    """Quality against one cost: every point, the front in this plane as a red line, the
-    knee of the experiment's front as a star."""
+    """Quality against one cost: every point (the dominated ones decimated past
+    :data:`MANY`), the front in this plane as a red line, the knee of the experiment's
+    front as a star."""
     front = front_2d(exp, axis.attr, axis.direction)
-    rest = [i for i in range(len(exp.rows)) if i not in set(front)]
+    on = set(front)
+    rest = [i for i in range(len(exp.rows)) if i not in on]
+    xs = [axis.value(r) for r in exp.rows]
     fig = go.Figure(_elastic_links(exp, axis))
-    fig.add_trace(_scatter(exp, axis, rest, mode="markers", name="dominated",
-                           marker=dict(color=DOMINATED, size=8, opacity=0.75)))
+    fig.add_trace(_dominated(exp, axis, rest, xs))
     fig.add_trace(_scatter(exp, axis, front, mode="lines+markers", name="Pareto front",
                            line=dict(color=FRONT, width=2.5),
                            marker=dict(color=FRONT, size=12, line=dict(color="black", width=1))))
@@ -60,7 +94,6 @@ def front_figure(exp: Experiment, axis: Axis) -> go.Figure:
         fig.add_trace(_scatter(exp, axis, [exp.knee], bars=False, mode="markers", name="knee",
                                marker=dict(symbol="star", color=KNEE, size=20,
                                            line=dict(color="black", width=1))))
-    xs = [axis.value(r) for r in exp.rows]
     fig.update_layout(**LAYOUT)
     bars = " (±1 s.e. over seeds)" if any(r.se for r in exp.rows) else ""
     fig.update_layout(title_text=f"{exp.quality.name} vs {axis.short}{bars}")
@@ -82,14 +115,19 @@ def _ticks(axis: Axis, xs: list[float]) -> dict:
 
 
 def hypervolume_figure(history: list[tuple[str, float]]) -> go.Figure:
+    """The hypervolume after each completed trial: a step drawn at each change only (the
+    last trial too), so 10,000 trials with 40 changes are 41 points."""
+    keep = [i for i in range(len(history)) if i in (0, len(history) - 1) or history[i][1] != history[i - 1][1]]
+    history_x = [i + 1 for i in keep]
+    history = [history[i] for i in keep]
     fig = go.Figure(go.Scatter(
-        x=list(range(1, len(history) + 1)), y=[hv for _, hv in history], mode="lines+markers",
+        x=history_x, y=[hv for _, hv in history], mode="lines+markers",
         line=dict(shape="hv", color=FRONT), customdata=[t for t, _ in history],
         hovertemplate="after %{customdata} (trial %{x} to finish)<br>hypervolume %{y:.4f}<extra></extra>"))
     fig.update_layout(**LAYOUT)
     fig.update_layout(title_text="hypervolume as trials complete")
     fig.update_xaxes(title="complete trials, in order of completion", rangemode="tozero",
-                     dtick=max(1, math.ceil(len(history) / 10)))
+                     dtick=max(1, math.ceil((history_x[-1] if history_x else 0) / 10)))
     fig.update_yaxes(title="share of the objective box dominated", rangemode="tozero")
     return fig
 
@@ -153,5 +191,5 @@ def parallel_figure(exp: Experiment) -> go.Figure | None:
     return fig
 
 
-__all__ = ["agreement_figure", "front_figure", "hypervolume_figure", "importance_figure",
+__all__ = ["MANY", "agreement_figure", "decimate", "front_figure", "hypervolume_figure", "importance_figure",
            "parallel_figure"]

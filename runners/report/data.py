@@ -8,6 +8,7 @@ quality against each cost axis.
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,13 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from nas.cost import COST_FIELDS, sheet_value
-from nas.noise import kendall_tau
+from nas.noise import front_candidates, kendall_tau, p_front
 from nas.pareto import hypervolume, knee_point, pareto_front
 from runners.sweep.front import (
-    FrontPoint, front_probabilities, mark_ties, noise_sentence, replicate_rows, replicate_seeds,
+    FrontPoint, mark_ties, noise_sentence, replicate_rows, replicate_seeds,
 )
 from runners.sweep.records import (
-    ExperimentRecord, Objective, TrialRecord, Unreadable, read_experiment, read_trials,
+    TRIALS, ExperimentRecord, Objective, TrialRecord, Unreadable, arch_problem, read_experiment, read_index,
+    read_record, read_trials, trial_path, undigest,
 )
 
 
@@ -148,18 +150,26 @@ def _bad_sheet(cost: dict) -> str:
 
 def _bad_arch(trial: TrialRecord) -> str:
     """Why the trial's canonical spec does not validate (the report draws and reprices it), or ''."""
-    if trial.arch is None:
-        return ""
-    from pydantic import ValidationError
+    return arch_problem(trial.arch)
 
-    from nas.spec import ArchSpec
-    try:
-        ArchSpec.model_validate(trial.arch)
-    except (ValidationError, ValueError, TypeError) as exc:
-        first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
-        where = ".".join(map(str, first["loc"])) or "the top level"
-        return f"arch is not a valid spec: {where}: {first['msg']}"
-    return ""
+
+def non_dominated(values, directions: list[str]) -> np.ndarray:
+    """``nas.pareto.pareto_front`` of many points: the same indices, by a sort (two
+    objectives) or a sweep instead of every pair (``nas.noise.front_candidates`` of single
+    replicates is the front itself)."""
+    values = np.asarray(values, dtype=float)
+    if not len(values):
+        return np.zeros(0, dtype=int)
+    if values.shape[1] != 2:
+        return np.sort(front_candidates([v[None] for v in values], directions))
+    f = values * np.array([1.0 if d == "minimize" else -1.0 for d in directions])
+    o = np.lexsort((f[:, 1], f[:, 0]))
+    x, y = f[o, 0], f[o, 1]
+    start = np.r_[True, x[1:] != x[:-1]]  # groups of equal x, each sorted by y
+    first = np.flatnonzero(start)
+    group = np.cumsum(start) - 1
+    before = np.r_[np.inf, np.minimum.accumulate(y)[first[1:] - 1]]  # least y at a smaller x
+    return np.sort(o[~((before[group] <= y) | (y[first][group] < y))])
 
 
 def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) -> tuple[list[Row], list[str]]:
@@ -191,12 +201,20 @@ def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) ->
     return rows, excluded
 
 
-def _read_trials(exp_dir: str | Path) -> tuple[list[TrialRecord], list[str]]:
-    """Every readable trial record; an unreadable one is named, not fatal (the one reader:
-    :func:`runners.sweep.records.read_trials`)."""
+def _read_trials(exp_dir: str | Path, full: bool) -> tuple[list[TrialRecord], dict[str, str], list[str]]:
+    """Every readable trial record, each canonical spec's problem by trial id, and what was
+    unreadable, named, not fatal. ``full``: the records themselves (their specs are
+    repriced); else their digests (``runners.sweep.records.read_index``: incremental, and
+    no spec or replicate rungs in memory)."""
     problems: list[Unreadable] = []
-    trials = read_trials(exp_dir, problems=problems)
-    return trials, [f"{p.path.name}: unreadable record ({p.why})" for p in problems]
+    if full:
+        trials = read_trials(exp_dir, problems=problems)
+        bad = {t.id: _bad_arch(t) for t in trials if t.status == "complete"}
+    else:
+        digests = read_index(exp_dir, problems=problems, more=True)
+        trials = [undigest(d, more=True) for d in digests]
+        bad = {d["id"]: d["more"].get("arch_problem", "") for d in digests}
+    return trials, bad, [f"{p.path.name}: unreadable record ({p.why})" for p in problems]
 
 
 def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
@@ -204,36 +222,70 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
 
     ``seq_len`` reprices every trial's cost sheet (the memory axis, the front table) at
     another context from its canonical spec; objective values stay as the sweep recorded
-    them. By default the sheets are taken as written, at the experiment's context.
+    them. By default the sheets are taken as written, at the experiment's context. Past
+    :data:`WHOLE` trials (and not repricing) the records are read as their digests
+    (``runners.sweep.records.read_index``): a row's ``trial`` has no spec or replicate
+    rungs, except on the front, whose trials are read whole (diagrams, rung metrics).
     """
     record = read_experiment(exp_dir)
-    trials, unreadable = _read_trials(exp_dir)
+    reprice = seq_len is not None and seq_len != record.seq_len
+    full = reprice or _trial_files(Path(exp_dir)) <= WHOLE
+    trials, bad, unreadable = _read_trials(exp_dir, full)
     exp = Experiment(record, trials, seq_len or record.seq_len, excluded=unreadable, dir=Path(exp_dir))
     for trial in exp.trials:
         if trial.status != "complete":
             continue
-        why = _bad_arch(trial)
-        if why:
-            exp.excluded.append(f"{trial.id}: {why}")
+        if bad.get(trial.id):
+            exp.excluded.append(f"{trial.id}: {bad[trial.id]}")
             continue
-        same = exp.seq_len == record.seq_len and trial.cost is not None
-        cost = trial.cost if same else _reprice(trial, exp.seq_len)
+        cost = _reprice(trial, exp.seq_len) if reprice else trial.cost
         rows, excluded = _rows(trial, exp.objectives, cost)
         exp.rows += rows
         exp.excluded += excluded
     if exp.rows:
-        values = exp.matrix()
-        exp.front = pareto_front(values, exp.directions).tolist()
-        exp.knee = exp.front[knee_point(values[exp.front], exp.directions)]
         _noise(exp)
+        values = exp.matrix()
+        exp.knee = exp.front[knee_point(values[exp.front], exp.directions)]
+        if not full:
+            _whole(exp)
     return exp
 
 
+WHOLE = 2000  # trials up to which the report reads every record whole
+
+
+def _trial_files(exp_dir: Path) -> int:
+    try:
+        return sum(1 for e in os.scandir(exp_dir / TRIALS) if e.name.startswith("t") and e.name.endswith(".json"))
+    except OSError:
+        return 0
+
+
+def _whole(exp: Experiment) -> None:
+    """The front's rows with their whole trial records (spec, rung metrics) in place of digests."""
+    whole: dict[str, TrialRecord] = {}
+    for i in exp.front:
+        tid = exp.rows[i].trial.id
+        if tid not in whole:
+            rec, _ = read_record(trial_path(exp.dir, tid), TrialRecord)
+            whole[tid] = rec if rec is not None else exp.rows[i].trial
+        exp.rows[i] = replace(exp.rows[i], trial=whole[tid])
+
+
 def _noise(exp: Experiment) -> None:
-    """Each row's p_front, the front members' ties and the noise sentence (runners.sweep.front)."""
+    """The front, each row's p_front, the front members' ties and the noise sentence
+    (runners.sweep.front). Only the rows that can reach the front are resampled and ranked
+    (``nas.noise.front_candidates``); every other row's p_front is 0."""
     reps = [replicate_rows(r.trial, r.k, exp.objectives, r.values) for r in exp.rows]
     seeds = [replicate_seeds(r.trial, r.k) for r in exp.rows]
-    probs = front_probabilities(reps, exp.directions, seeds)
+    near = front_candidates(reps, exp.directions, seeds=seeds)
+    exp.front = near[pareto_front(exp.matrix()[near], exp.directions)].tolist()  # the front of the means is near
+    probs: list[float | None] = [None] * len(exp.rows)
+    if max(len(r) for r in reps) > 1:  # noise known somewhere: every row has a p_front
+        some = p_front([reps[i] for i in near], exp.directions, draws=1000, seeds=[seeds[i] for i in near])
+        probs = [0.0] * len(exp.rows)
+        for i, p in zip(near, some):
+            probs[i] = float(p)
     order = sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label))
     column = [o.name for o in exp.objectives].index(exp.quality.name)
     members = mark_ties([FrontPoint(exp.rows[i].label, exp.rows[i].k, exp.rows[i].values, None,
@@ -252,7 +304,7 @@ def front_2d(exp: Experiment, x: str, direction: str = "minimize") -> list[int]:
         return []
     q = exp.quality
     values = [[r.values[q.name], r.get(x)] for r in exp.rows]
-    front = pareto_front(values, [q.direction, direction]).tolist()
+    front = non_dominated(values, [q.direction, direction]).tolist()
     return sorted(front, key=lambda i: (exp.rows[i].get(x), exp.rows[i].label))
 
 
@@ -277,15 +329,30 @@ def hypervolume_history(exp: Experiment) -> list[tuple[str, float]]:
     best, worst = f.min(axis=0), f.max(axis=0)
     span = np.where(worst > best, worst - best, 1.0)
     scaled = (f - best) / (1.1 * span)  # reference at 1.0
-    by_trial = np.array([r.trial.id for r in exp.rows])
+    by_trial: dict[str, list[int]] = {}
+    for i, r in enumerate(exp.rows):
+        by_trial.setdefault(r.trial.id, []).append(i)
     minimise = ["minimize"] * len(signs)
-    history, front = [], np.empty((0, len(signs)))
+    history, front, hv = [], np.empty((0, len(signs))), 0.0
     for trial in completion_order(exp):
-        # the front so far plus the new points dominates what all points so far dominate
-        front = np.vstack([front, scaled[by_trial == trial.id]])
-        front = front[pareto_front(front, minimise)]
-        history.append((trial.id, hypervolume(front, minimise, np.ones(len(signs)))))
+        # incremental: the front so far plus the new points dominates what all points so far
+        # dominate, and only a point that joins the front changes the hypervolume
+        new = scaled[by_trial[trial.id]]
+        joins = [not ((front <= p).all(1) & (front < p).any(1)).any() for p in new]
+        if any(joins):
+            front = np.vstack([front, new[joins]])
+            front = front[pareto_front(front, minimise)]
+            hv = hypervolume(front, minimise, np.ones(len(signs)))
+        history.append((trial.id, hv))
     return history
+
+
+def _tau(x: list[float], y: list[float]) -> float:
+    """``nas.noise.kendall_tau`` (τ-b); past 500 trials scipy's O(n log n) τ-b, not every pair."""
+    if len(x) <= 500:
+        return kendall_tau(x, y)
+    from scipy import stats
+    return float(stats.kendalltau(x, y, variant="b").statistic)
 
 
 @dataclass(frozen=True)
@@ -316,10 +383,10 @@ def rank_agreement(exp: Experiment) -> list[Agreement]:
     for step in sorted(by_step):
         ids = sorted(by_step[step])
         if len(ids) >= 3:
-            tau = kendall_tau([by_step[step][i] for i in ids], [final[i] for i in ids])
+            tau = _tau([by_step[step][i] for i in ids], [final[i] for i in ids])
             out.append(Agreement(step, tau, len(ids)))
     return out
 
 
 __all__ = ["Agreement", "Experiment", "Row", "completion_order", "front_2d",
-           "hypervolume_history", "kendall_tau", "load", "rank_agreement"]
+           "hypervolume_history", "kendall_tau", "load", "non_dominated", "rank_agreement"]

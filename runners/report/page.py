@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import base64
+import functools
 import io
+import json
 import time
 from html import escape
 
@@ -27,7 +29,14 @@ dt { color: #666; white-space: nowrap; } dd { margin: 0; text-align: right; whit
 
 def diagram_uri(arch: dict) -> str | None:
     """The folded architecture diagram (``loopnas graph``) as an SVG data URI. An <img>
-    keeps each SVG's element ids apart from the page's and the other diagrams'."""
+    keeps each SVG's element ids apart from the page's and the other diagrams'. Drawn once
+    per distinct spec (front members often share one)."""
+    return _diagram(json.dumps(arch, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _diagram(arch_json: str) -> str | None:
+    arch = json.loads(arch_json)
     from nas.graph import folded_graph
     from nas.spec import ArchSpec
     from runners.render import draw
@@ -79,6 +88,9 @@ def metric_items(exp: Experiment, row: Row) -> list[tuple[str, str]]:
     return items
 
 
+PAGE = 25  # front rows shown open; the rest in closed pages of as many (a browser lays out only what is open)
+
+
 def front_table(exp: Experiment, diagrams: dict[str, str | None]) -> str:
     order = sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label))
     head = "<tr><th>trial</th><th>architecture</th><th>cost</th><th>metrics</th><th>diagram</th></tr>"
@@ -91,13 +103,18 @@ def front_table(exp: Experiment, diagrams: dict[str, str | None]) -> str:
         if r.trial.id in drawn:  # an elastic trial's other loop counts: one diagram is enough
             img = f"as {escape(drawn[r.trial.id])}"
         else:
-            img = f'<img class="diagram" alt="diagram of {escape(r.label)}" src="{uri}">' if uri else "—"
+            img = f'<img class="diagram" loading="lazy" alt="diagram of {escape(r.label)}" src="{uri}">' if uri else "—"
             drawn[r.trial.id] = r.label
         body.append(
             f"<tr{knee}><td><b>{escape(r.label)}</b>{'<br>★ knee' if knee else ''}</td>"
             f"<td>{escape(r.summary)}<br><small>{escape(params)}</small></td>"
             f"<td>{_dl(cost_items(r))}</td><td>{_dl(metric_items(exp, r))}</td><td>{img}</td></tr>")
-    return f"<table>{head}{''.join(body)}</table>"
+    pages = [body[n:n + PAGE] for n in range(0, len(body), PAGE)] or [[]]
+    html = f"<table>{head}{''.join(pages[0])}</table>"
+    for n, page in enumerate(pages[1:], start=1):
+        html += (f"<details><summary>front members {n * PAGE + 1}–{n * PAGE + len(page)} of {len(body)}</summary>"
+                 f"<table>{head}{''.join(page)}</table></details>")
+    return html
 
 
 def header(exp: Experiment) -> str:
@@ -130,4 +147,4 @@ def document(title: str, body: str) -> str:
             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>{body}</body></html>")
 
 
-__all__ = ["diagram_uri", "document", "front_table", "header", "value_text"]
+__all__ = ["PAGE", "diagram_uri", "document", "front_table", "header", "value_text"]
