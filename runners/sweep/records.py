@@ -172,6 +172,9 @@ class ExperimentRecord(_Record):
     seq_len: int = Field(description="context the cost sheets and kv_bytes are priced at")
     storage: str | None = Field(None, description="the RDB study as the sweep opened it (study_storage); "
                                 "None: the journal in the directory")
+    identity: dict[str, str] | None = Field(None, description="nas.space.identity at start (the base spec's, "
+                                            "a Python space's source, the proxy's and the objectives' hashes), "
+                                            "compared on a resume; None: written before it was kept")
 
 
 class RecordError(LoopnasError):
