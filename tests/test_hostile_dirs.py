@@ -343,3 +343,15 @@ def test_sweep_on_a_silent_address_is_one_line(tmp_path, silent_port, where):
     # the sweep's first line and its progress line come first: run_sweep makes the directory
     # before the engine starts (checking the address there would leave the error alone)
     assert len(err.splitlines()) <= 3 and err.splitlines()[-1] == errors[0], err
+
+
+def test_a_fifo_as_the_one_shot_summary_is_no_check_not_a_hang(tmp_path):
+    """EXP/oneshot.json is read bounded, regular files only, like every file of an experiment."""
+    import os
+
+    from runners.report.oneshot import read_check
+    os.mkfifo(tmp_path / "oneshot.json")
+    assert read_check(tmp_path) is None
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "oneshot.json").write_bytes(b"{" + b" " * (8 << 20))
+    assert read_check(tmp_path / "big") is None

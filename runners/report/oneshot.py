@@ -12,10 +12,12 @@ SUMMARY = "oneshot.json"
 def read_check(exp_dir: str | Path) -> dict | None:
     """The self-check's result (``tau``, ``tau_ci``, ``p``, ``n``, ``seeds``, ``verdict``, ...),
     or None: not a one-shot sweep, or its check has not run yet."""
+    from runners.sweep.records import MAX_EXPERIMENT, Skipped, read_bounded
+
     path = Path(exp_dir) / SUMMARY
-    try:
-        check = json.loads(path.read_text()).get("check")
-    except (OSError, ValueError, AttributeError):
+    try:  # bounded, regular files only: a FIFO or a device there is no check, not a hang
+        check = json.loads(read_bounded(path, MAX_EXPERIMENT)).get("check")
+    except (OSError, ValueError, AttributeError, Skipped):
         return None
     return check if isinstance(check, dict) else None
 
