@@ -29,9 +29,12 @@ from runners.sweep.records import (
 REPO = Path(__file__).resolve().parents[1]
 SECONDS = 5  # of CPU for a command that refuses or skips
 RSS = 500 << 20  # peak resident memory of one command, bytes
-# run the CLI and report the peak resident memory of this process alone on the last line
-_RUN = ("import resource, sys; from runners.cli import main; rc = main(sys.argv[1:]); "
-        "print(f'maxrss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}', file=sys.stderr); sys.exit(rc)")
+# run the CLI and report the peak resident memory of this process alone on the last line, in kB.
+# VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across fork and exec, so a child of
+# a pytest process that has grown to 1.5 GB reports 1.5 GB whatever it used itself.
+_RUN = ("import re, sys; from runners.cli import main; rc = main(sys.argv[1:]); "
+        "hwm = re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1); "
+        "print(f'maxrss {hwm}', file=sys.stderr); sys.exit(rc)")
 
 
 def _cpu() -> float:

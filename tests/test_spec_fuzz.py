@@ -41,7 +41,7 @@ WORDS = KINDS + ["full", "block", "mixer", "ffn", "elr", "selective", "span", "i
 FIELDS = sorted({f for m in _models(ArchSpec, set()) for f in m.model_fields})
 KEY = r"""\[(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\]"""  # a quoted key: ['a b']
 PATH = rf"(?:\w+|{KEY})(?:\[\d+\]|\.\w+|{KEY})*"
-WHOLE_FILE = ("malformed YAML", "the spec must be a YAML mapping", "not UTF-8 text")
+WHOLE_FILE = ("malformed YAML", "the spec must be a YAML mapping", "not UTF-8 text", "not an architecture spec")
 FAST = settings(derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 

@@ -408,9 +408,21 @@ class Sweep:
                 self.study.enqueue_trial(states[r.number].params, user_attrs={_ID: r.id, _RESUME: True},
                                          skip_if_exists=False)
         for t in lost:
-            rid = t.user_attrs.get(_ID) or f"t{t.number:04d}"
-            if rid not in queued:
-                self.study.enqueue_trial(t.params, user_attrs={_ID: rid}, skip_if_exists=False)
+            rid, params = t.user_attrs.get(_ID) or f"t{t.number:04d}", self._placed(t)
+            if rid not in queued and params:  # none: the trial never held a point, so none is lost
+                self.study.enqueue_trial(params, user_attrs={_ID: rid}, skip_if_exists=False)
+
+    def _placed(self, trial) -> dict:
+        """The parameters a lost trial was given. On a grid, the whole point its ``grid_id``
+        names (the journal may have been cut before every parameter was written): Optuna's
+        grid refuses an enqueued trial that fixes only some, and a failed trial's point
+        counts as visited, so it must be asked again whole or it is lost."""
+        import optuna
+
+        grid_id = trial.system_attrs.get("grid_id")
+        if isinstance(self.sampler, optuna.samplers.GridSampler) and isinstance(grid_id, int):
+            return dict(zip(self.sampler._param_names, self.sampler._all_grids[grid_id]))
+        return dict(trial.params)
 
     def counted(self) -> int:
         """Trials that use the budget: finished ones and those running in this driver.
