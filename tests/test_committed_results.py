@@ -98,3 +98,26 @@ def test_the_readme_front_is_the_quickstarts_candidates_recomputed():
         assert cells[3] == f"{m.p_front:.2f}" + (" ≈" if m.tied else "")
     sentence = " ".join(l.strip() for l in block.splitlines() if not l.startswith(("│", "┃")) and l.strip())
     assert sentence == noise_sentence(members, "acc", 5) + " (≈: within noise of a neighbour)"
+
+
+def test_the_readme_transfer_table_is_the_committed_transfers():
+    """The README's transfer table: τ, its interval, the pair counts and the range of unique
+    parameters at each scale are the committed transfers', reanalysed from their per-seed values."""
+    from runners.transfer.analysis import Transfer, reanalysed
+
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in (ROOT / "README.md").read_text().split("### Does the front hold at larger scale?")[1]
+            .split("###")[0].splitlines() if line.startswith("| quickstart |") or line.startswith("| mixerloop |")]
+    assert len(rows) == 3
+    for row in rows:
+        t = reanalysed(Transfer.model_validate_json(
+            (ROOT / f"experiments/results/transfer_{row[0]}.json").read_text()))
+        label, params = row[1].split(" ")
+        s = next(s for s in t.scales if s.label == label.replace("×", "x"))
+        lo, hi = s.tau_ci
+        assert row[2] == f"{s.tau:.2f} ({lo:.2f}–{hi:.2f})"
+        p = s.pairs
+        assert row[3] == f"{p.kept} / {p.flipped} / {p.within_noise}"
+        assert row[4] == f"{p.newly_separated} of {p.unseparated}"
+        sizes = [round(c.unique_params / 1e3) for c in s.candidates]
+        assert params == f"({min(sizes)}–{max(sizes)}k)", (params, sizes)
