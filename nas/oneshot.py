@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .errors import Problem, SpecError
 from .load import resolve, spec_from_dict
 from .placement import placement, ratio_counts
+from .proxy import MAX_SEEDS
 from .spec import MAX_NAME, ArchSpec, HybridSpec, SwitchSpec
 
 State = TypeVar("State", bound=Hashable)
@@ -331,6 +332,7 @@ def remedy_problems(one, net: ArchSpec) -> list[Problem]:
 
 
 AGREE_ALPHA = 0.01  # "agrees": τ > 0 and its one-sided permutation p below this
+MAX_CHECK = 1024  # oneshot.check.n: sub-networks the self-check may train stand-alone
 
 
 class OneShotCheckSpec(BaseModel):
@@ -341,9 +343,9 @@ class OneShotCheckSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    n: int = Field(6, ge=3, description="sub-networks to train stand-alone (the one-shot front, the "
-                   "top and the bottom always among them, so more when the front is larger)")
-    seeds: int = Field(3, ge=2, description="stand-alone runs of each, for the interval over seeds")
+    n: int = Field(6, ge=3, le=MAX_CHECK, description="sub-networks to train stand-alone (the one-shot "
+                   "front, the top and the bottom always among them, so more when the front is larger)")
+    seeds: int = Field(3, ge=2, le=MAX_SEEDS, description="stand-alone runs of each, for the interval over seeds")
 
 
 def check_settings(value: OneShotCheckSpec | bool) -> OneShotCheckSpec | None:
@@ -433,6 +435,6 @@ def verdict(tau: float, lo: float, hi: float, p: float, n: int, seeds: int, agre
 
 __all__ = ["mixer_names", "counts", "loop_choices", "supernet_data", "supernet", "check_supernet",
            "subnet", "pattern_of", "candidate", "trial_params", "exhaustive", "rule_placements",
-           "swaps", "beam_search", "fit_name", "option_label", "HASH", "SUBNET_NAME", "AGREE_ALPHA",
+           "swaps", "beam_search", "fit_name", "option_label", "HASH", "SUBNET_NAME", "AGREE_ALPHA", "MAX_CHECK",
            "OneShotCheckSpec", "check_settings", "OneShotRemedySpec", "FinetuneSpec",
            "SandwichSpec", "FewShotSpec", "remedy_problems", "spot_check", "Agreement", "agreement", "verdict"]
