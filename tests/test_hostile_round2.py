@@ -7,9 +7,10 @@ and memory, with nothing written outside the chosen place and nothing the user m
 - a sweep refused at start leaves nothing it created (a rerun is not "already holds an
   experiment");
 - every count and size has a cap ``validate`` checks (seeds, budgets, CPUs and GPUs per
-  trial, trials, concurrency), and the flags ``--seeds``, ``--trials``, ``--budgets``,
+  trial, trials, concurrency, the one-shot self-check's n and seeds), and the flags ``--seeds``, ``--trials``, ``--budgets``,
   ``--scale-to`` say theirs in one line;
-- calibrate refuses a one-candidate space before training;
+- calibrate refuses a one-candidate space before training, and exits 1 with the first
+  reason when every trial failed;
 - a Python space's import or ``sample()`` raising anything is one line; a sweep in which
   every trial failed exits 1 with the first reason;
 - a ``base:`` that is not a spec is one line.
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from nas.errors import SpecError
+from nas.oneshot import MAX_CHECK
 from nas.proxy import MAX_SEEDS, MAX_STEPS
 from nas.space import MAX_CPUS, MAX_GPUS, MAX_TRIALS, changes, identity, load_space
 from runners.sweep.driver import Sweep, SweepError
@@ -188,6 +190,18 @@ def test_every_count_has_a_cap_validate_names(tmp_path, text, where, message):
     one_line(*bounded("validate", path), f"{path}: {where}", message)
 
 
+@pytest.mark.parametrize("check, where, cap", [
+    ("{n: 1000000000}", "oneshot.check.n: ", f"at most {MAX_CHECK}"),
+    ("{seeds: 1000000000}", "oneshot.check.seeds: ", f"at most {MAX_SEEDS}"),
+], ids=["check_n", "check_seeds"])
+def test_the_one_shot_self_checks_counts_have_caps_validate_names(tmp_path, check, where, cap):
+    """The self-check trains n sub-networks × seeds stand-alone: both are counts with a cap."""
+    text = (REPO / "spaces" / "oneshot_placement.yaml").read_text()
+    path = tmp_path / "oneshot.yaml"
+    path.write_text(text.replace("oneshot:\n", f"oneshot:\n  check: {check}\n", 1))
+    one_line(*bounded("validate", path), f"{path}: {where}", cap)
+
+
 def test_cpus_beyond_the_machine_are_a_note_in_validate_and_refused_by_a_local_sweep(tmp_path, capsys):
     cpus = (os.cpu_count() or 1) + 1
     if cpus > MAX_CPUS:
@@ -232,6 +246,29 @@ def test_calibrate_refuses_a_one_candidate_space_before_training(tmp_path):
     one_line(*bounded("calibrate", space, "--out", out), f"{space}: the space has one candidate",
              "nothing to compare")
     assert not out.exists()
+
+
+def test_calibrate_in_which_every_trial_failed_exits_1_with_the_first_reason(tmp_path, capsys, monkeypatch):
+    """Every trial of the calibration failed: no calibration of no values, exit 1 and the
+    first reason (the sweep's rule), not exit 0 and a table of dashes."""
+    import runners.sweep.run
+
+    def failing(space, out, seeds, planned, **_):  # each trial fails as a worker's exception would
+        sweep = Sweep(space, out, "optuna", seeds=seeds, planned=planned)
+        while (job := sweep.next_job()) is not None:
+            sweep.finish(job.id, {"status": "failed", "reason": "RuntimeError: planted failure"})
+        sweep.close()
+        return out
+
+    monkeypatch.setattr(runners.sweep.run, "run_sweep", failing)
+    space, out = yaml_space(tmp_path), tmp_path / "cal"
+    rc, text, err = cli(capsys, "calibrate", space, "--out", out, "--seeds", "2")
+    assert rc == 1 and "Traceback" not in text + err, (rc, err)
+    last = err.strip().splitlines()[-1]
+    assert re.match(rf"error: {re.escape(str(out / 'budget-1x'))}: no trial completed: (\d+) of \1 failed; "
+                    r"the first, t0000 \(failed\): replicate 0 \(seed 0\): RuntimeError: planted failure; "
+                    r"nothing to calibrate$", last), last
+    assert not (out / "calibration.json").exists() and not (out / "calibration.png").exists()
 
 
 # ---------------------------------------------------------------- 5. Python spaces

@@ -13,7 +13,7 @@ from rich.table import Table
 from nas.errors import LoopnasError
 
 from . import app
-from .common import EngineOpt, OldEngineOpt, OutOpt, SpaceArg, UsageError, console, pick_engine
+from .common import EngineOpt, OldEngineOpt, OutOpt, SpaceArg, UsageError, console, console_err, pick_engine
 
 
 MAX_BUDGETS = 8
@@ -63,6 +63,19 @@ def _one_candidate(space) -> str | None:
         return None
     return (f"{space.source}: the space has one candidate, so calibrate has nothing to compare; give a "
             "parameter two or more choices")
+
+
+def _all_failed(cal) -> str | None:
+    """One line when, at some budget, no trial completed and some failed (the sweep's rule,
+    :func:`runners.cli.sweep.all_failed`): the budget's directory, the counts and the first
+    reason. None: every budget has a completed trial."""
+    from .sweep import all_failed
+
+    for budget in cal.budgets:
+        failed = budget.dir and all_failed(Path(budget.dir))
+        if failed:
+            return f"{budget.dir}: {failed}; nothing to calibrate"
+    return None
 
 
 def print_calibration(cal) -> None:
@@ -145,6 +158,10 @@ def calibrate_cmd(
             if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
                 folder.rmdir()
         raise
+    failed = _all_failed(cal)
+    if failed:  # nothing to analyse: say why instead of a calibration of no values (issue #34)
+        console_err.print(f"error: {failed}", markup=False, highlight=False)
+        raise typer.Exit(1)
     paths = write(cal, Path(where))
     print_calibration(cal)
     console.print(f"calibration: {paths[1]}  ({paths[0].name}, {paths[2].name})", highlight=False)
