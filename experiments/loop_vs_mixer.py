@@ -11,7 +11,12 @@ regions). Each model trains on the state-tracking + recall curriculum (n = m, pr
 ``n_max``, the largest n solved, with the eval accuracies at the stage the run ended on
 and at longer sequences (more steps n at the same m: length extrapolation). CPU, one
 thread per process; one JSON line per (model, seed) run, then ``--aggregate`` writes the
-mean ± standard error over seeds.
+mean ± standard error over seeds and the looped-vs-unlooped comparisons (issue #29): each
+looped model against its mixer's NoLoop on every metric, ``nas.noise.compare`` (a paired
+t-test over the seeds both hold, Welch's when a metric leaves some runs out), Holm-adjusted
+over the comparisons table (``nas.noise.holm``). ``--aggregate`` reads only the committed
+runs file, so ``results/loop_vs_mixer.{md,csv}`` regenerate from it
+(``tests/test_experiment_reanalysis.py`` checks that they do).
 
     python experiments/loop_vs_mixer.py --seeds 0,1,2 --models gdn_noloop,gdn_fullloop
     python experiments/loop_vs_mixer.py --seeds 0,1,2 --models gdn_mixerloop,attn_noloop,attn_fullloop
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import time
@@ -30,6 +36,7 @@ from pathlib import Path
 import torch
 
 from nas.cost import projection_flops, unique_params
+from nas.noise import TIE_ALPHA, compare, holm
 from nas.load import resolve, spec_from_dict
 from runners.tasks import Curriculum
 from runners.train import CurriculumConfig, TrainConfig, train
@@ -109,8 +116,8 @@ def mean_se(values: list[float]) -> str:
     return f"{mean:.3f} ± {sd / math.sqrt(len(values)):.3f}"
 
 
-def aggregate(args) -> None:
-    rows = [json.loads(line) for line in (args.out / f"{stem(args)}_runs.jsonl").read_text().splitlines()]
+def summary(rows: list[dict]) -> list[dict]:
+    """One line per model: mean ± s.e. over its runs of every metric."""
     order = [f"{m}_{l}" for m, l in MODELS]
     table = []
     for name in sorted({r["model"] for r in rows}, key=order.index):
@@ -134,18 +141,107 @@ def aggregate(args) -> None:
                                                     for p in r["extrapolation"] if p["n"] == n])
         line["wall_s"] = round(sum(r["wall_s"] for r in runs), 1)
         table.append(line)
+    return table
+
+
+def per_seed(runs: list[dict], metric: str) -> dict[int, float]:
+    """A metric's value per seed, for the runs that have it: ``n_max``, ``best last_acc@m`` (the
+    stage's best evaluation), ``solved m at step`` (runs that solved it), ``end <key> at m=M``
+    (the final evaluation of the runs that ended on stage M)."""
+    out = {}
+    for r in runs:
+        if metric == "n_max":
+            out[r["seed"]] = float(r["n_max"])
+        elif metric.startswith("best last_acc@"):
+            m = metric.split("@")[1]
+            if m in r["stage_last_acc"]:
+                out[r["seed"]] = float(r["stage_last_acc"][m])
+        elif metric.startswith("solved "):
+            m = metric.split()[1]
+            if m in r["solved_at"]:
+                out[r["seed"]] = float(r["solved_at"][m])
+        elif metric.startswith("end "):
+            key, m = metric.split()[1], int(metric.rsplit("=", 1)[1])
+            if r["end_m"] == m and key in r["final"]:
+                out[r["seed"]] = float(r["final"][key])
+    return out
+
+
+def comparisons(rows: list[dict]) -> list[dict]:
+    """Each looped model against its mixer's NoLoop, on every metric both have at two or more
+    runs: ``nas.noise.compare`` by seed, Holm-adjusted over all of them."""
+    stages = sorted({int(m) for r in rows for m in r["stage_last_acc"]})
+    metrics = ["n_max", *[f"best last_acc@{m}" for m in stages], *[f"solved {m} at step" for m in stages],
+               *[f"end {key} at m={m}" for m in stages for key in ("last_acc", "ptr_acc")]]
+    models = {r["model"] for r in rows}
+    out = []
+    for looped in [f"{m}_{l}" for m, l in MODELS if l != "noloop"]:
+        base = looped.split("_")[0] + "_noloop"
+        if looped not in models or base not in models:
+            continue
+        for metric in metrics:
+            a = per_seed([r for r in rows if r["model"] == looped], metric)
+            b = per_seed([r for r in rows if r["model"] == base], metric)
+            if len(a) < 2 or len(b) < 2:
+                continue
+            t = compare(list(a.values()), list(b.values()), list(a), list(b))
+            out.append({"looped": looped, "noloop": base, "metric": metric, "n": f"{len(a)} / {len(b)}",
+                        "test": t})
+    for c, adjusted in zip(out, holm([c["test"].p for c in out])):
+        c["holm"] = adjusted
+    return out
+
+
+def comparisons_markdown(comps: list[dict]) -> list[str]:
+    lines = ["## Looped against unlooped (issue #29)", "",
+             f"`nas.noise.compare` of each looped model with its mixer's NoLoop: a paired t-test over the "
+             f"seeds both runs hold, Welch's t-test when a metric leaves a run out (a stage not solved or "
+             f"not reached); Holm over the table's {sum(math.isfinite(c['holm']) for c in comps)} tests. "
+             f"Separated: Holm p < {TIE_ALPHA:g}. Δ = looped − NoLoop; runs = looped / NoLoop runs that have "
+             "the metric.", "",
+             "| looped | vs | metric | runs | Δ ± s.e. | test | p | Holm p | separated |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for c in comps:
+        t = c["test"]
+        sep = "–" if not math.isfinite(c["holm"]) else ("yes" if c["holm"] < TIE_ALPHA else "no")
+        p = f"{t.p:.3g}" if math.isfinite(t.p) else "–"
+        adjusted = f"{c['holm']:.3g}" if math.isfinite(c["holm"]) else "–"
+        lines.append(f"| {c['looped']} | {c['noloop']} | {c['metric']} | {c['n']} | {t.diff:+.3f} ± {t.se:.3f} | "
+                     f"{'paired t' if t.paired else 'Welch t'} | {p} | {adjusted} | {sep} |")
+    finite = [c for c in comps if math.isfinite(c["holm"])]
+    lowest = min(finite, key=lambda c: c["test"].p) if finite else None
+    lines += ["", f"{sum(c['holm'] < TIE_ALPHA for c in finite)} of {len(finite)} comparisons separate"
+              + (f" (the smallest p: {lowest['looped']} on {lowest['metric']}, p = {lowest['test'].p:.3g}, "
+                 f"Holm {lowest['holm']:.3g})." if lowest else ".")]
+    return lines
+
+
+def render(rows: list[dict], name: str = "loop_vs_mixer") -> tuple[str, str]:
+    """(the markdown, the csv) of a runs file's rows."""
+    table = summary(rows)
     head = list(dict.fromkeys(k for line in table for k in line))
-    with open(args.out / f"{stem(args)}.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=head, restval="-")
-        writer.writeheader()
-        writer.writerows(table)
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=head, restval="-")
+    writer.writeheader()
+    writer.writerows(table)
     r0 = rows[0]
-    lines = [f"# {stem(args)}: state tracking + recall curriculum (stages {r0['stages']}, "
+    lines = [f"# {name}: state tracking + recall curriculum (stages {r0['stages']}, "
              f"{r0['stage_steps']} steps per stage, T={r0['T']}), mean ± s.e. over seeds", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(line.get(k, "-")) for k in head) + " |" for line in table]
-    (args.out / f"{stem(args)}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    comps = comparisons(rows)
+    if comps:
+        lines += ["", *comparisons_markdown(comps)]
+    return "\n".join(lines) + "\n", buf.getvalue()
+
+
+def aggregate(args) -> None:
+    rows = [json.loads(line) for line in (args.out / f"{stem(args)}_runs.jsonl").read_text().splitlines()]
+    md, table = render(rows, stem(args))
+    with open(args.out / f"{stem(args)}.csv", "w", newline="") as f:
+        f.write(table)
+    (args.out / f"{stem(args)}.md").write_text(md)
+    print(md, end="")
 
 
 def stem(args) -> str:
