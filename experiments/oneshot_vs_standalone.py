@@ -42,6 +42,15 @@ the self-check's statistics), and each search's wall time against training every
         --remedy none finetune sandwich few_shot per_loop_gates \
         --standalone-from loops-hop-steps400-seeds3 --verify 2 --write $R
 
+``--reanalyse`` (issue #29) rewrites, in every committed section, the lines that redo its
+statistics with the library's from the per-seed values the section prints: the candidates'
+differences by ``nas.noise.permutation_test`` paired by seed, τ by ``nas.oneshot.agreement``,
+Holm over the two; on the loops axis each loop count against k = 1 within an order
+(``nas.noise.compare``) and the order with k as context. A seeded section writes the same
+lines when it is run; ``tests/test_experiment_reanalysis.py`` checks the committed file.
+
+    python experiments/oneshot_vs_standalone.py --reanalyse
+
 Writes ``experiments/results/oneshot_vs_standalone.md`` (``--write``: the whole file in the
 original mode; a section of its own, replaced on a rerun, with ``--seeds`` or ``--axis
 loops``) and the one-shot experiment directory under ``--out``; ``--render`` rewrites a
@@ -53,6 +62,7 @@ import argparse
 import itertools
 import json
 import random
+import re
 import shutil
 import statistics
 import sys
@@ -193,7 +203,14 @@ def main() -> None:
     ap.add_argument("--write", type=Path, default=None, help="the results markdown to write")
     ap.add_argument("--render", type=Path, default=None, help="only write --write's section from this "
                     "results.json (e.g. of a run cut short)")
+    ap.add_argument("--reanalyse", nargs="?", const=RESULT, type=Path, metavar="MD",
+                    help="rewrite the re-analysis lines of a committed results file (default "
+                         "results/oneshot_vs_standalone.md) from its per-seed columns; no training")
     args = ap.parse_args()
+    if args.reanalyse is not None:
+        args.reanalyse.write_text(reanalysed(args.reanalyse.read_text()))
+        print(args.reanalyse)
+        return
     if args.render is not None:
         report = json.loads(args.render.read_text())
         write_section(args.write, report["section"], seeded_markdown(report))
@@ -609,7 +626,10 @@ def seeded_markdown(r: dict) -> str:
         *([f"- {r['reused']} of the {r['n'] * done} stand-alone runs were read from earlier runs of the same "
             "settings (`--reuse`/`--cache`; runs are deterministic), not retrained; their times are those "
             "runs' own."] if r.get("reused") else []),
-        "", "What it says: " + verdict(r), ""]
+        ""]
+    if done > 1:  # the library's statistics, from the values as printed (as --reanalyse redoes them)
+        lines[-1:-1] = reanalysis_lines("\n".join(lines))
+    lines += ["What it says: " + verdict(r), ""]
     return "\n".join(lines)
 
 
@@ -631,6 +651,125 @@ def verdict(r: dict) -> str:
         return sep + f"the one-shot ranking agrees with stand-alone training (τ = {r['tau']:.2f}, p = {r['p']:.3f}, n = {r['n']})."
     return (sep + f"the one-shot ranking does not detectably agree with stand-alone training (τ = {r['tau']:.2f}"
             + (f", p = {r['p']:.2f}" if r["p"] is not None else "") + f", n = {r['n']}).")
+
+
+# ---- --reanalyse: the committed sections from their per-seed columns (issue #29) -----------
+
+RESULT = Path(__file__).resolve().parent / "results" / "oneshot_vs_standalone.md"
+REANALYSIS = "- Re-analysed (issue #29"
+DIFFER_ALPHA = 0.01  # "the stand-alone candidates differ": Holm p below this (calibrate's level)
+
+
+def seeded_table(text: str) -> list[tuple[str, float, list[float]]]:
+    """(candidate, one-shot eval loss, per-seed stand-alone eval losses) of a seeded section's
+    table, as printed (3 decimals: the raw values are not kept elsewhere)."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 7 and cells[1].startswith("`"):
+            out.append((cells[1].strip("`"), float(cells[2]), [float(v) for v in cells[5].split("/")]))
+    return out
+
+
+def _old_decisions(text: str) -> tuple[bool | None, bool]:
+    """(the candidates differ, the ranking agrees) as the section's own lines decided them
+    (ANOVA permutation p < 0.05; τ > 0 and its p < 0.05)."""
+    anova = re.search(r"permutation p = ([0-9.]+)\. Spread", text)
+    tau = re.search(r"Kendall τ = (-?[0-9.]+)\*\* .*?p = ([0-9.]+)", text)
+    differ = None if anova is None else float(anova.group(1)) < 0.05
+    return differ, float(tau.group(1)) > 0 and float(tau.group(2)) < 0.05
+
+
+def _k(candidate: str) -> tuple[str, int] | None:
+    m = re.fullmatch(r"(\w+) k=(\d+)", candidate)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def reanalysis_lines(text: str) -> list[str]:
+    """The re-analysis of one seeded section (its text), from its per-seed columns:
+    the candidates' differences by ``nas.noise.permutation_test`` paired by seed, the
+    agreement by ``nas.oneshot.agreement`` (τ, its interval over seeds, one-sided p), both
+    Holm-adjusted over the section's two decisions; on the loops axis, each loop count against
+    k = 1 within an order (``nas.noise.compare``, paired by seed, Holm over them) and the
+    order (``permutation_test`` with k as context)."""
+    from nas.noise import compare, holm, p_text, permutation_test
+    from nas.oneshot import AGREE_ALPHA, agreement
+
+    rows = seeded_table(text)
+    seeds = len(rows[0][2])
+    by_name = sorted(rows)  # the Monte Carlo stream must not depend on the one-shot order
+    differ = permutation_test([[v for _, _, v in by_name]], [[list(range(seeds))] * len(by_name)],
+                              alpha=DIFFER_ALPHA)
+    agree = agreement([o for _, o, _ in rows], [v for _, _, v in rows])
+    h_differ, h_agree = holm([differ.p_upper, agree.p])
+    differs = h_differ < DIFFER_ALPHA
+    agrees = agree.tau > 0 and h_agree < AGREE_ALPHA
+    old_differs, old_agrees = _old_decisions(text)
+    lines = [f"{REANALYSIS}, `nas.noise`, from the per-seed values above; Holm over this section's two "
+             f"decisions): the stand-alone candidates differ by a {differ.test}: "
+             f"{p_text(differ.p, differ.floor, differ.exact, differ.p_upper)}, Holm {h_differ:.2g}; "
+             f"τ = {agree.tau:.3f} (95% interval over seeds {agree.lo:.2f} to {agree.hi:.2f}; one-sided "
+             f"permutation p = {agree.p:.3g}, `nas.oneshot.agreement`), Holm {h_agree:.2g}. Decided at Holm "
+             f"p < {DIFFER_ALPHA:g}: the candidates {'differ' if differs else 'are within seed noise'}, the "
+             f"ranking {'agrees' if agrees else 'does not agree'}; "
+             + ("the verdict below is unchanged." if (old_differs, old_agrees) == (differs, agrees) else
+                f"**changed** from the verdict below (which read differ = {old_differs}, agree = "
+                f"{old_agrees} at p < 0.05 unadjusted).")]
+    ks = {c: _k(c) for c, _, _ in rows}
+    if all(ks.values()):
+        vals = {ks[c]: v for c, _, v in rows}
+        orders = sorted({o for o, _ in vals})
+        counts = sorted({k for _, k in vals})
+        tests = [(o, k, compare(vals[(o, k)], vals[(o, counts[0])], list(range(seeds)), list(range(seeds))))
+                 for o in orders for k in counts[1:] if (o, k) in vals and (o, counts[0]) in vals]
+        adjusted = holm([t.p for _, _, t in tests])
+        lines.append(f"- Loop counts within an order, each against k = {counts[0]} (paired t-test over {seeds} "
+                     f"seeds, Holm over {len(tests)}): "
+                     + "; ".join(f"`{o}` k={k} {t.diff:+.3f} ± {t.se:.3f}, p = {t.p:.3g}, Holm {a:.2g}"
+                                 + (" (separated)" if a < 0.05 else "")
+                                 for (o, k, t), a in zip(tests, adjusted)) + ".")
+        order = permutation_test([[vals[(o, k)] for o in orders] for k in counts],
+                                 [[list(range(seeds))] * len(orders) for _ in counts], alpha=DIFFER_ALPHA)
+        lines.append(f"- Order ({' vs '.join(f'`{o}`' for o in orders)}) with the loop count as context: "
+                     f"{order.test}, {p_text(order.p, order.floor, order.exact, order.p_upper)}.")
+    return lines
+
+
+def single_seed_line(text: str) -> str:
+    """The first (one-seed) section: τ by ``nas.oneshot.agreement``; nothing paired to test."""
+    from nas.oneshot import agreement
+
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 5 and cells[1].startswith("`"):
+            rows.append((float(cells[2]), float(cells[3])))
+    a = agreement([o for o, _ in rows], [[s] for _, s in rows])
+    return (f"{REANALYSIS}): one seed per placement, so no test of the stand-alone differences is "
+            f"possible and none was redone; `nas.oneshot.agreement` gives the same τ = {a.tau:.3f} and exact "
+            f"one-sided p = {a.p:.3f} from the table.")
+
+
+def reanalysed(text: str) -> str:
+    """The results file with every section's re-analysis lines (re)written."""
+    lines = [line for line in text.splitlines() if not line.startswith(REANALYSIS)
+             and not line.startswith("- Loop counts within an order") and not line.startswith("- Order (`")]
+    text = "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+    first = text.index("\n## ")
+    head = text[:first]
+    at = head.index("- Wall-clock:")
+    text = head[:at] + single_seed_line(head) + "\n" + head[at:] + text[first:]
+    for key in re.findall(r"<!-- section: (\S+) -->", text):
+        begin, end = f"<!-- section: {key} -->", f"<!-- end: {key} -->"
+        a, b = text.index(begin), text.index(end)
+        body = text[a:b]
+        if not seeded_table(body) or "\nWhat it says:" not in body:
+            continue
+        at = body.index("\n\nWhat it says:")
+        body = body[:at] + "\n" + "\n".join(reanalysis_lines(body)) + body[at:]
+        text = text[:a] + body + text[b:]
+    return text
+
 
 if __name__ == "__main__":
     main()
