@@ -107,8 +107,8 @@ def test_the_readme_transfer_table_is_the_committed_transfers():
 
     rows = [[c.strip() for c in line.strip("|").split("|")]
             for line in (ROOT / "README.md").read_text().split("### Does the front hold at larger scale?")[1]
-            .split("###")[0].splitlines() if line.startswith("| quickstart |") or line.startswith("| mixerloop |")]
-    assert len(rows) == 3
+            .split("###")[0].splitlines() if line.startswith(("| quickstart |", "| mixerloop |", "| mixerloop_lm |"))]
+    assert len(rows) == 4
     for row in rows:
         t = reanalysed(Transfer.model_validate_json(
             (ROOT / f"experiments/results/transfer_{row[0]}.json").read_text()))
@@ -120,4 +120,5 @@ def test_the_readme_transfer_table_is_the_committed_transfers():
         assert row[3] == f"{p.kept} / {p.flipped} / {p.within_noise}"
         assert row[4] == f"{p.newly_separated} of {p.unseparated}"
         sizes = [round(c.unique_params / 1e3) for c in s.candidates]
-        assert params == f"({min(sizes)}–{max(sizes)}k)", (params, sizes)
+        span = f"{min(sizes)}k" if min(sizes) == max(sizes) else f"{min(sizes)}–{max(sizes)}k"
+        assert params == f"({span})", (params, sizes)
