@@ -12,7 +12,7 @@ from scipy import stats
 
 from nas.noise import (
     TIE_ALPHA, beyond_noise, compare, holm, kendall_tau, mean_se, p_front, p_text, permutation_floor,
-    permutation_test, pooled_variance, seed_effect, tau_ci, tied_neighbours,
+    permutation_test, pooled_variance, seed_effect, t_sf, tau_ci, tied_neighbours,
 )
 from runners.sweep.stopping import ParetoHalving
 
@@ -44,6 +44,20 @@ def test_compare_is_scipys_paired_t_test_over_shared_seeds(n):
     assert t.paired and t.n == n and "paired" in t.test
     assert t.p == pytest.approx(ref.pvalue, rel=1e-10)
     assert t.diff / t.se == pytest.approx(ref.statistic, rel=1e-10)
+
+
+@pytest.mark.parametrize("lo,hi,rel", [(0.5, 10, 1e-13), (10, 200, 1e-11), (200, 10_000, 2e-10)])
+def test_t_sf_is_scipys_student_t_tail(lo, hi, rel):
+    """compare's p without scipy.stats (issue #32: status does not import it): the t tail by
+    the incomplete beta's continued fraction, against scipy's, including far tails."""
+    rng = np.random.default_rng(int(lo))
+    dof = rng.uniform(lo, hi, 3000)
+    t = np.abs(rng.standard_cauchy(3000)) * rng.choice([0.01, 1.0, 10.0, 100.0], 3000)
+    ref = stats.t.sf(t, dof)
+    got = np.array([t_sf(float(x), float(d)) for x, d in zip(t, dof)])
+    assert np.allclose(got, ref, rtol=rel, atol=1e-300)
+    assert t_sf(0.0, 3) == 0.5 and t_sf(math.inf, 3) == 0.0 and t_sf(-1.0, 3) == pytest.approx(stats.t.sf(-1.0, 3))
+    assert t_sf(40.0, 1) == pytest.approx(stats.t.sf(40.0, 1), rel=1e-13)  # the Cauchy tail
 
 
 def test_compare_falls_back_to_welch_when_seeds_are_not_shared_and_says_so():
