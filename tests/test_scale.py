@@ -177,3 +177,31 @@ def test_the_report_from_digests_ranks_as_from_whole_records(tmp_path, monkeypat
         values = [[r.values["acc"], r.get(axis)] for r in whole.rows]
         assert data.front_2d(digests, axis) == sorted(every_pair(values, ["maximize", "minimize"]).tolist(),
                                                       key=lambda i: (whole.rows[i].get(axis), whole.rows[i].label))
+
+
+def test_status_starts_without_the_cost_model_graphs_or_scipy_stats(tmp_path):
+    """`loopnas status` at start-up: what it does not need (networkx, scipy.stats, the cost
+    model, matplotlib, plotly, optuna, torch) it does not import; its front's ties come from
+    nas.noise.t_sf (tested against scipy in test_noise.py)."""
+    import subprocess
+    import sys
+
+    from runners.cli.status import ONESHOT_SUMMARY, TRANSFER_DIR
+    from runners.report.oneshot import SUMMARY
+    from runners.transfer import TRANSFER
+
+    assert (TRANSFER_DIR, ONESHOT_SUMMARY) == (TRANSFER, SUMMARY)  # status imports these only where they exist
+    src = _source(tmp_path / "src")
+    probe = (
+        "import json, sys\n"
+        "from runners.cli import main\n"
+        f"code = main(['status', {str(src)!r}, '--json'])\n"
+        "heavy = sorted(m for m in sys.modules if m in ('networkx', 'scipy.stats', 'nas.cost', 'nas.spec',\n"
+        "               'matplotlib', 'plotly', 'optuna', 'torch'))\n"
+        "print(json.dumps({'code': code, 'heavy': heavy}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout[:proc.stdout.rindex("{\"code")])
+    assert [p["trial"] for p in data["front"]] and data["noise"]
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"code": 0, "heavy": []}

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from nas.cost import DEFAULT_SEQ_LEN, CostSheet, Figures, cost
 from nas.units import nbytes, si
 
 from . import app
@@ -25,12 +24,17 @@ from .common import (
     token_count,
 )
 
+if TYPE_CHECKING:
+    from nas.cost import CostSheet, Figures
+
 
 class Dtype(str, Enum):
     bf16 = "bf16"
     fp32 = "fp32"
 
 
+DEFAULT_SEQ_LEN = 1024  # = nas.cost.DEFAULT_SEQ_LEN (tests/test_cli_basic.py); not imported, so that
+# commands without costs (status) start without the cost model
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Bytes per cached element.")]
 
 
@@ -110,6 +114,7 @@ def cost_cmd(
 
     Example: loopnas cost mixerloop_15m --seq-len 4096 --tokens 52.43e9
     """
+    from nas.cost import cost
     from nas.space import MAX_SEQ_LEN
 
     if not 1 <= seq_len <= MAX_SEQ_LEN:

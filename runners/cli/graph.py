@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nas.spec import named_path
-
 from . import app
 from .common import OutOpt, SpecArg, UsageError, console, load
 
@@ -25,6 +23,7 @@ def graph_cmd(spec: SpecArg, out: OutOpt = None) -> None:
 
       loopnas graph tiny_selective -o tiny_selective.mmd
     """
+    from nas.spec import named_path
     from runners.render import FORMATS, render  # matplotlib only when drawing
 
     if out is not None and not out.is_dir() and out.suffix.lower() not in FORMATS:

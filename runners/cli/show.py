@@ -7,11 +7,6 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from nas.graph import describe, update_label
-from nas.load import dump_yaml
-from nas.plan import applications
-from nas.spec import OpAddr
-
 from . import app
 from .common import SpecArg, console, load
 
@@ -20,6 +15,10 @@ MAX_ROWS = 64  # a table of thousands of rows takes rich minutes to lay out
 
 
 def summary(arch) -> Table:
+    from nas.graph import describe  # networkx: only when a command draws (status starts without it)
+    from nas.plan import applications
+    from nas.spec import OpAddr
+
     runs = applications(arch)
     more = f" (the first {MAX_ROWS}; the YAML below lists every one)" if len(arch.layers) > MAX_ROWS else ""
     table = Table(title=f"{escape(arch.name)}: {len(arch.layers)} layers, width {arch.model.width}, "
@@ -45,6 +44,9 @@ def show_cmd(
 
     Example: loopnas show mixerloop_15m
     """
+    from nas.graph import update_label
+    from nas.load import dump_yaml
+
     arch = load(spec)
     if not yaml_only:
         console.print(summary(arch))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -78,11 +79,30 @@ def front_records(digests: list[dict], objectives) -> list:
     return [undigest(digests[n]) for n in sorted({owners[i] for i in keep})]
 
 
-def status_data(exp_dir: Path) -> dict:
+TRANSFER_DIR, ONESHOT_SUMMARY = "transfer", "oneshot.json"  # runners.transfer.TRANSFER, runners.report.oneshot.SUMMARY
+
+
+def _transfer_entry(exp_dir: Path) -> dict:
+    """``runners.transfer.status_entry``; the package (pydantic models of spaces and specs) is
+    imported only where the experiment has a transfer directory, so status starts fast."""
+    if not os.path.lexists(Path(exp_dir) / TRANSFER_DIR):
+        return {}
+    from runners.transfer import status_entry
+    return status_entry(exp_dir)
+
+
+def _oneshot_check(exp_dir: Path) -> dict | None:
+    """``runners.report.oneshot.read_check``, importing the report package only where the
+    experiment has a one-shot summary."""
+    if not os.path.lexists(Path(exp_dir) / ONESHOT_SUMMARY):
+        return None
     from runners.report.oneshot import read_check
+    return read_check(exp_dir)
+
+
+def status_data(exp_dir: Path) -> dict:
     from runners.sweep.front import front, noise_sentence, quality_name
     from runners.sweep.records import read_experiment, read_index, study_storage
-    from runners.transfer import status_entry
 
     exp = read_experiment(exp_dir)
     unreadable: list = []
@@ -97,13 +117,13 @@ def status_data(exp_dir: Path) -> dict:
             **counts, "elastic_trials": elastic, "seeds": exp.seeds, "devices": per_device(digests),
             "objectives": [o.model_dump() for o in exp.objectives],
             "noise": noise_sentence(points, quality_name(exp.objectives), exp.seeds),
-            **status_entry(exp_dir),  # loopnas transfer's verdict and tau, when EXP/transfer/ has one
+            **_transfer_entry(exp_dir),  # loopnas transfer's verdict and tau, when EXP/transfer/ has one
             "front": [{"trial": p.trial, "k": p.k, "values": p.values, "se": _se(p, exp.objectives),
                        "n": p.n, "p_front": p.p_front, "tied": p.tied, "summary": p.summary}
                       for p in points],
             "failures": [{"trial": d["id"], "status": d["status"], "reason": d["reason"]} for d in digests
                          if d["status"] in ("failed", "timeout", "oom")],
-            "oneshot_check": read_check(exp_dir)}  # a one-shot sweep's self-check, else None
+            "oneshot_check": _oneshot_check(exp_dir)}  # a one-shot sweep's self-check, else None
 
 
 def finite(data):
