@@ -223,6 +223,49 @@ def test_importance_keeps_the_trials_a_conditional_parameter_is_absent_from(tmp_
     assert importance["mixer"] > 0.8 and importance["mixer"] == max(importance.values())
 
 
+def test_importance_past_max_trials_is_computed_on_a_stated_sample(experiment, monkeypatch):
+    """Issue #32: past MAX_TRIALS trials, fANOVA on a uniform sample (seed 0, completion
+    order kept), and the chart's note says how many of how many."""
+    import runners.report.importance as imp
+    exp = load(experiment)
+    n = len(imp.sampled(exp)[0])
+    monkeypatch.setattr(imp, "MAX_TRIALS", n - 1)
+    keep = imp.subsample(n)
+    assert len(keep) == n - 1 and keep == sorted(set(keep)) and keep == imp.subsample(n)  # reproducible
+    assert imp.sample_note(exp) == (f"importance from {n - 1:,} of {n:,} trials, sampled uniformly at random "
+                                    "(without replacement, seed 0)")
+    importance, why = imp.param_importance(exp)
+    assert why is None and sum(importance.values()) == pytest.approx(1.0)
+    from runners.report.charts import importance_figure
+    assert imp.sample_note(exp) in importance_figure(importance, None, imp.sample_note(exp)).layout.title.text
+    monkeypatch.setattr(imp, "MAX_TRIALS", n)
+    assert imp.subsample(n) is None and imp.sample_note(exp) == ""
+
+
+def test_front_png_past_many_draws_the_pages_decimation_without_bars(experiment, tmp_path, monkeypatch):
+    """Issue #32: past MANY dominated points the PNG draws the page's decimation
+    (charts.decimate) as one scatter, error bars on the front only."""
+    import runners.report.static as static
+    from runners.report.axes import axes
+
+    exp = load(experiment)
+    calls = []
+    monkeypatch.setattr(static, "decimate", lambda *a, **kw: calls.append(a) or [0])
+    static.front_png(exp, axes(exp)[0], tmp_path / "few.png")
+    assert not calls  # few points: every one drawn with its bars, as before
+    monkeypatch.setattr(static, "MANY", 1)
+    labels = []
+    from matplotlib.axes import Axes
+    scatter = Axes.scatter
+    monkeypatch.setattr(Axes, "scatter", lambda self, *a, **kw: labels.append(kw.get("label")) or scatter(self, *a, **kw))
+    errorbar = Axes.errorbar
+    bars = []
+    monkeypatch.setattr(Axes, "errorbar", lambda self, *a, **kw: bars.append(kw["ecolor"]) or errorbar(self, *a, **kw))
+    assert static.front_png(exp, axes(exp)[0], tmp_path / "many.png").stat().st_size > 10_000
+    assert len(calls) == 1 and any(l and l.startswith("dominated (1 of ") for l in labels)
+    assert bars in ([], [static.FRONT])  # bars on the front only (none where no point has seeds)
+
+
 def test_seq_len_reprices_memory(experiment):
     exp, longer = load(experiment), load(experiment, seq_len=4 * SEQ_LEN)
     for a, b in zip(exp.rows, longer.rows):

@@ -63,7 +63,7 @@ def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
     from .charts import (
         agreement_figure, front_figure, hypervolume_figure, importance_figure, parallel_figure,
     )
-    from .importance import noise_floor, param_importance
+    from .importance import noise_floor, param_importance, sample_note
     from .static import front_png, hypervolume_png
 
     inlined: list[bool] = []
@@ -98,7 +98,7 @@ def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
     importance, why = param_importance(exp)
     parallel = parallel_figure(exp)
     body += _section("Sampled parameters", [
-        html(importance_figure(importance, noise_floor(exp))) if importance
+        html(importance_figure(importance, noise_floor(exp), sample_note(exp))) if importance
         else missing(f"Parameter importance: {why}."),
         html(parallel) if parallel else missing("Parallel coordinates need 2 complete trials "
                                                 "with a varying sampled parameter.")])

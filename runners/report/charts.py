@@ -147,9 +147,10 @@ def agreement_figure(agreement: list[Agreement]) -> go.Figure:
     return fig
 
 
-def importance_figure(importance: dict[str, float], floor: float | None = None) -> go.Figure:
+def importance_figure(importance: dict[str, float], floor: float | None = None, note: str = "") -> go.Figure:
     """fANOVA importance on replicate means; ``floor``: the share of the means' variance that
-    seed noise alone would give (a parameter below it is indistinguishable from noise)."""
+    seed noise alone would give (a parameter below it is indistinguishable from noise);
+    ``note``: a line under the title (``importance.sample_note``: computed on a sample)."""
     names = sorted(importance, key=importance.get)
     colors = [FRONT if floor is None or importance[n] > floor else DOMINATED for n in names]
     fig = go.Figure(go.Bar(x=[importance[n] for n in names], y=names, orientation="h",
@@ -161,6 +162,8 @@ def importance_figure(importance: dict[str, float], floor: float | None = None) 
                       annotation_text=f"seed-noise floor {floor:.2f}", annotation_position="top right")
     else:
         title += "; seed noise unknown (one seed)"
+    if note:
+        title += f"<br><sup>{note}</sup>"
     fig.update_layout(title_text=title)
     fig.update_xaxes(title="share of quality variance", range=[0, 1])
     return fig
