@@ -20,6 +20,7 @@ from nas.errors import LoopnasError, SpecError
 from nas.graph import summary
 from nas.noise import mean_se
 from nas.space import Space, changes, cost_value, grid_size, identity, spec_hash, violations
+from runners.checkpoint import atomic
 from runners.track import Tracking, annotate, mark_front, wanted
 
 from .devices import job_placement
@@ -27,12 +28,20 @@ from .front import front
 from .job import Job, ServingJob
 from .lock import LOCK, LockError, acquire
 from .records import (
-    EXPERIMENT, JOURNAL, TRIALS, ExperimentRecord, Objective, Point, Replicate, RecordError, Rung, TrialRecord,
-    read_experiment, read_trials, repair_journal, run_dir, study_storage, trial_path, write_json,
+    EXPERIMENT, INDEX, INDEX_MORE, JOURNAL, TRIALS, ExperimentRecord, Objective, Point, Replicate, RecordError,
+    Rung, TrialRecord, read_experiment, read_trials, repair_journal, run_dir, study_storage, trial_path, write_json,
 )
 from .stopping import ParetoHalving
 
 FINAL = ("complete", "pruned", "failed", "timeout", "oom", "duplicate")
+# entries of an experiment directory that are appended to or written inside (not replaced
+# whole by the atomic write): never through a symlink (Sweep._links). The journal, the trial
+# records and runs, the artifact store (runners.track.study.ARTIFACTS), TensorBoard's and
+# MLflow's files, Ray's, a one-shot sweep's supernet and its self-check (runners.oneshot.check.CHECK).
+APPENDED = (JOURNAL, TRIALS, "artifacts", "tensorboard", "mlartifacts", "ray", "supernet", "check")
+# and those written whole, atomically (a link there is replaced anyway): a new experiment
+# replaces a link at any of them before it starts
+OWN = (*APPENDED, EXPERIMENT, "space.yaml", "space.py", INDEX, INDEX_MORE, "oneshot.json", "tracking.json")
 _ID, _RESUME = "loopnas_id", "loopnas_resume"
 
 
@@ -294,9 +303,27 @@ class Sweep:
         if resume:
             self._recover()
 
+    def _links(self, exists: bool) -> None:
+        """The entries of the experiment the sweep writes into, never through a symlink: a
+        link planted at one (to send what is written there over someone's files) is replaced
+        when the experiment is new (the link goes, its target is untouched); an experiment to
+        resume holding one is refused in one line (its journal or its records would be
+        written outside the directory) (issue #34)."""
+        for name in OWN:
+            path = self.out / name
+            if not path.is_symlink():
+                continue
+            if not exists:
+                path.unlink()
+            elif name in APPENDED:
+                raise SweepError(f"--resume: {path} is a symbolic link (to {os.readlink(path)}); loopnas writes "
+                                 "only inside the experiment directory: put the file or folder itself there, "
+                                 "or start a new experiment with another --out")
+
     def _open(self, resume: bool) -> None:
         had_lock = os.path.lexists(self.out / LOCK)
         self.lock = acquire(self.out)  # before anything is read or written: one driver at a time
+        self._links((self.out / EXPERIMENT).is_file())
         # what this start creates, and so what a start that fails removes again (nothing else)
         self._fresh = [name for name in (EXPERIMENT, f"space{self.space.source.suffix}", JOURNAL, TRIALS)
                        if not os.path.lexists(self.out / name)] + ([] if had_lock else [LOCK])
@@ -319,7 +346,8 @@ class Sweep:
             return
         self._wrote, url = True, self.space.spec.search.storage
         (self.out / TRIALS).mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(self.space.source, self.out / f"space{self.space.source.suffix}")
+        with atomic(self.out / f"space{self.space.source.suffix}") as tmp:  # never through a link
+            shutil.copyfile(self.space.source, tmp)
         write_json(self.out / EXPERIMENT, ExperimentRecord(
             name=self.space.name, space=self.space.spec.model_dump(mode="json"),
             objectives=self.objectives, backend=self.backend, trials=self.total,

@@ -83,10 +83,23 @@ def holder_text(fd: int) -> str:
 
 
 def _open(exp_dir: Path) -> int:
-    try:
-        return os.open(exp_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise LockError(f"--out {exp_dir}: cannot create the experiment directory ({exc.strerror})") from None
+    """The lock file, opened for writing without following a symlink: a link planted there
+    (to send the driver's note over a file of yours) is replaced by a file of its own, its
+    target untouched (issue #34)."""
+    path = exp_dir / LOCK
+    for _ in range(8):
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP or not path.is_symlink():
+                raise LockError(f"--out {exp_dir}: cannot create the experiment directory ({exc.strerror})") from None
+        try:
+            path.unlink()  # the link, never its target
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise LockError(f"--out {exp_dir}: {LOCK} is a symbolic link it cannot replace ({exc.strerror})") from None
+    raise LockError(f"--out {exp_dir}: {LOCK} keeps being replaced by a symbolic link; choose a directory of your own")
 
 
 def acquire(exp_dir: str | Path) -> DriverLock:
@@ -113,7 +126,7 @@ def acquire(exp_dir: str | Path) -> DriverLock:
             return DriverLock(exp_dir / LOCK, None, made,
                               note=f"unlocked: {exp_dir}'s filesystem has no file locks ({exc.strerror})")
         try:
-            if os.fstat(fd).st_ino == os.stat(exp_dir / LOCK).st_ino:
+            if os.fstat(fd).st_ino == os.lstat(exp_dir / LOCK).st_ino:
                 break
         except FileNotFoundError:
             pass

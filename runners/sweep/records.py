@@ -486,8 +486,14 @@ def repair_journal(path: Path) -> int:
     by a kill or a full disk: Optuna never replayed it) is cut off, so the next append does
     not glue onto it; returns the bytes cut. Damage before the last entry is a
     :class:`RecordError` naming the file and the entry."""
-    if not path.is_file():
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
         return 0
+    if not stat.S_ISREG(mode):  # Optuna would block on a FIFO, read a device forever, write through a link
+        what = "a symbolic link" if stat.S_ISLNK(mode) else _kind(mode)
+        raise RecordError(f"{path} is {what}, not the study's journal file; move it away, or run the sweep "
+                          "again with another --out")
     good, number = 0, 0
     with path.open("rb") as f:
         for number, line in enumerate(f, start=1):
