@@ -491,7 +491,8 @@ def test_a_checkpoint_of_another_spec_is_refused(gdn_run, tmp_path, capsys):
     assert e.arch.model.vocab_size == 32 and e.weights.checkpoint == gdn_run / "checkpoint.pt"
 
 
-@pytest.mark.parametrize("garbage", [b"{not json", b'{"arch": 3}', b"\xff\xfe"], ids=["torn", "not-a-result", "binary"])
+@pytest.mark.parametrize("garbage", [b"{not json", b'{"arch": 3}', b"\xff\xfe", b"{" + b" " * (9 << 20)],
+                         ids=["torn", "not-a-result", "binary", "oversized"])
 def test_a_garbage_result_beside_the_checkpoint_is_one_line(gdn_run, tmp_path, capsys, garbage):
     run = tmp_path / "run"
     run.mkdir()

@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterator
 
 from runners.checkpoint import write_text
+from runners.sweep.records import read_bounded
 
 from . import vendor
 from .pick import ExportError
@@ -106,9 +107,9 @@ def recorded(root: Path) -> dict[str, tuple[str, ...]] | None:
     names without hashes); None when there is no readable manifest."""
     path = root / MANIFEST
     try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_MANIFEST:
+        if path.is_symlink():
             return None
-        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        files = json.loads(read_bounded(path, MAX_MANIFEST))["files"]  # Skipped is a ValueError
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if isinstance(files, list):
@@ -120,8 +121,10 @@ def recorded(root: Path) -> dict[str, tuple[str, ...]] | None:
 
 
 def _is_export(folder: Path) -> bool:
+    """``folder/config.json`` is an export's (read bounded: a FIFO or a device there is no
+    export, not a hang)."""
     try:
-        return json.loads((folder / "config.json").read_text()).get("model_type") == "loopnas"
+        return json.loads(read_bounded(folder / "config.json", MAX_MANIFEST)).get("model_type") == "loopnas"
     except (OSError, ValueError, AttributeError):
         return False
 

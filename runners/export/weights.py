@@ -18,7 +18,9 @@ from pathlib import Path
 
 from nas.spec import ArchSpec
 from runners.checkpoint import RESULT
-from runners.sweep.records import Objective, RecordError, Replicate, TrialRecord, checkpoint_of
+from runners.sweep.records import (
+    Objective, RecordError, Replicate, Skipped, TrialRecord, checkpoint_of, read_bounded,
+)
 
 from .pick import ExportError
 
@@ -56,6 +58,8 @@ def fingerprint(arch: ArchSpec) -> str:
 
 def _first_error(exc: Exception) -> str:
     errors = getattr(exc, "errors", None)
+    if isinstance(exc, Skipped):  # read_bounded's refusal: an oversized file
+        return str(exc)
     if not callable(errors):
         return type(exc).__name__
     first = errors()[0]
@@ -80,8 +84,8 @@ def _trained_specs(path: Path, ckpt: dict) -> list[tuple[str, ArchSpec]]:
     result = path.parent / RESULT
     if result.is_file():
         try:
-            found.append((str(result), TrainResult.model_validate_json(result.read_bytes()).arch))
-        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            found.append((str(result), TrainResult.model_validate_json(read_bounded(result)).arch))
+        except (OSError, ValueError) as exc:  # pydantic's ValidationError and Skipped are ValueErrors
             raise ExportError(f"{result}: unreadable trainer result beside the checkpoint "
                               f"({_first_error(exc)}); restore it or move it away") from None
     return found
