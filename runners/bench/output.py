@@ -6,6 +6,7 @@ from pathlib import Path
 from rich.table import Table
 
 from nas.units import nbytes, si
+from runners.checkpoint import save_figure, write_text
 
 from .run import BenchResult
 
@@ -83,7 +84,7 @@ def plot(result: BenchResult, path: Path) -> Path:
             ax.legend(fontsize=8)
     axes[0].set_ylabel("tokens / s")
     fig.suptitle(f"{result.spec}: {result.device_name}, {result.dtype}, backend {result.backend}", fontsize=10)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -92,7 +93,7 @@ def write(result: BenchResult, out: Path) -> tuple[Path, Path]:
     """``out/bench.json`` and ``out/bench.png``."""
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / "bench.json"
-    json_path.write_text(result.model_dump_json(indent=2))
+    write_text(json_path, result.model_dump_json(indent=2))
     return json_path, plot(result, out / "bench.png")
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from runners.checkpoint import save_figure
+
 
 def _mixer_axis(ax, rows: list[dict]) -> None:
     ax.set_xticks(range(len(rows)))
@@ -27,7 +29,7 @@ def interventions(summary: dict, path: Path) -> None:
     ax2.axhline(0, color="k", lw=0.6)
     ax2.set_ylabel("Δ loss (closed − intact)")
     _mixer_axis(ax2, rows)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 def truncation(summary: dict, path: Path) -> None:
@@ -52,7 +54,7 @@ def truncation(summary: dict, path: Path) -> None:
     ax2.set_ylabel("KL(p_k+1 ‖ p_k), nats")
     ax2.set_title("what iteration k+1 adds at the output", fontsize=9)
     fig.suptitle(summary["arch"])
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 def transport(summary: dict, path: Path) -> None:
@@ -87,7 +89,7 @@ def transport(summary: dict, path: Path) -> None:
             else:
                 ax.axis("off")
     bottom.colorbar(im, ax=axes, shrink=0.8, label="C[t, s] (row t: output, col s: input)")
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 def _loop_edges(rows: list[dict]) -> list[int]:
@@ -124,7 +126,7 @@ def traces(summary: dict, path: Path) -> None:
     step = max(1, len(rows) // 40)
     axes[-1].set_xticks(x[::step], [r["label"] for r in rows][::step], rotation=70, ha="right", fontsize=6)
     axes[0].set_title(f"{summary['arch']}: traces along the unrolled depth (dashed: loop iterations)")
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 def write_plots(summary: dict, out: Path) -> list[str]:

@@ -10,7 +10,8 @@ import torch
 
 from nas.plan import max_loops
 from nas.spec import ArchSpec
-from runners.checkpoint import CHECKPOINT, RESULT, load
+from runners.checkpoint import CHECKPOINT, RESULT, load, write_text
+from runners.sweep.records import read_optional
 
 from .measures import Evaluator, interventions, traces, transport, truncation
 
@@ -43,7 +44,8 @@ def load_run(path: str | Path, spec: str | Path | None = None, task: str | None 
     ckpt = load(ckpt_path)
     state = ckpt.get("model", ckpt)
     result_path = ckpt_path.parent / RESULT
-    result = TrainResult.model_validate_json(result_path.read_text()) if result_path.is_file() else None
+    # beside the checkpoint (a trial's run dir, someone else's): bounded; unreadable, one warning
+    result = read_optional(result_path, TrainResult) if result_path.is_file() else None
     if spec is not None:
         arch = load_arch(spec)
     elif result is not None:
@@ -115,8 +117,8 @@ def diagnose(loaded: Loaded, out_dir: str | Path, batches: int | None = None, se
         "traces": traces(model, data),
         "traces_gate_off": traces(model, data, gate_off=True) if has_gate else None,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    (out / "summary.md").write_text(markdown(summary))
+    write_text(out / "summary.json", json.dumps(summary, indent=1))  # atomic: never through a link
+    write_text(out / "summary.md", markdown(summary))
     summary["plots"] = write_plots(summary, out)
     return summary
 

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 from nas import oneshot as one
 from nas.space import ParamSpec, Space, SpaceSpec
 from nas.spec import ArchSpec
 from runners.sweep.front import front
-from runners.sweep.records import EXPERIMENT, Objective, TrialRecord, read_experiment, read_trials, write_json
+from runners.sweep.records import (
+    EXPERIMENT, MAX_EXPERIMENT, Objective, TrialRecord, read_bounded, read_experiment, read_trials, write_json,
+)
 from runners.transfer.plan import CANDIDATE, Grown, PlannedSpace
 
 from .search import SUMMARY
@@ -109,6 +112,16 @@ def skipped(why: str) -> dict:
             "skipped": why}
 
 
+def _summary(path: Path) -> dict:
+    """The one-shot search's summary (EXP/oneshot.json), read bounded (issue #34): {} when
+    there is none or it is not a summary (a FIFO, a device, a torn or oversized file)."""
+    try:
+        data = json.loads(read_bounded(path, MAX_EXPERIMENT)) if os.path.lexists(path) else {}
+    except (OSError, ValueError, RecursionError):  # Skipped is a ValueError
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def run_check(space: Space, records: list[TrialRecord], objectives: list[Objective], out: Path,
               engine: str = "optuna", address: str | None = None, progress: bool = True) -> dict:
     """Train the spot-check sample stand-alone in ``out/check`` (resumed when there) on
@@ -116,10 +129,10 @@ def run_check(space: Space, records: list[TrialRecord], objectives: list[Objecti
     from runners.sweep.run import run_sweep
 
     settings = one.check_settings(space.spec.oneshot.check)
-    summary = json.loads((out / SUMMARY).read_text()) if (out / SUMMARY).is_file() else {}
+    summary = _summary(out / SUMMARY)
     if settings is None:
         result = skipped("oneshot.check is false")
-    elif summary.get("search", {}).get("budget_spent"):
+    elif isinstance(summary.get("search"), dict) and summary["search"].get("budget_spent"):
         result = skipped("the search stopped at its trial budget; resume the sweep to finish and check it")
     else:
         quality = next(o for o in objectives if o.quality)

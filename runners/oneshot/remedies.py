@@ -240,6 +240,21 @@ def _fingerprint(net: ArchSpec, config: TrainConfig, remedy) -> str:
                        remedy.model_dump(mode="json")], sort_keys=True)
 
 
+def _result(path: Path) -> dict | None:
+    """A finished remedied run's result.json, read bounded (issue #34); None, with one
+    warning, when it is not one (torn, oversized, a FIFO or a device): trained again."""
+    import logging
+
+    from runners.sweep.records import read_bounded
+
+    try:
+        data = json.loads(read_bounded(path))
+    except (OSError, ValueError, RecursionError) as exc:  # Skipped is a ValueError
+        logging.getLogger("loopnas.records").warning("warning: %s: unreadable (%s); trained again", path, exc)
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def train_remedied(space: Space, out: Path) -> tuple[dict, Supernets]:
     """Train the supernet(s) of a space whose remedies change supernet training, or read
     back finished ones from ``out``; returns the result (steps, wall time, final metrics,
@@ -252,8 +267,9 @@ def train_remedied(space: Space, out: Path) -> tuple[dict, Supernets]:
     mark = _fingerprint(net, config, remedy)
     if (out / RESULT).is_file() and (out / WEIGHTS).is_file():
         saved = load(out / WEIGHTS)
-        if saved.get("fingerprint") == mark:
-            return json.loads((out / RESULT).read_text()), _restore(net, config, loops, saved)
+        done = _result(out / RESULT)
+        if saved.get("fingerprint") == mark and done is not None:
+            return done, _restore(net, config, loops, saved)
     start = time.perf_counter()
     steps = total_steps(config, task)
     few = remedy.few_shot

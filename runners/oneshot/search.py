@@ -31,7 +31,7 @@ from builders.model import LoopLM, build_model
 from nas import oneshot as one
 from nas.space import Space
 from nas.spec import ArchSpec
-from runners.checkpoint import CHECKPOINT, save
+from runners.checkpoint import CHECKPOINT, save, write_text
 from runners.sweep.driver import Sweep
 from runners.sweep.front import front
 from runners.sweep.records import TRIALS, write_json
@@ -64,7 +64,7 @@ def save_subnet(folder: Path, arch: ArchSpec, sub: LoopLM) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     data = arch.model_dump(mode="json")
     save(folder / CHECKPOINT, {"arch": data, "model": sub.state_dict()})
-    (folder / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    write_text(folder / "spec.yaml", yaml.safe_dump(data, sort_keys=False))  # never through a link
 
 
 class Scorer:

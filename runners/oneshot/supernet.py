@@ -64,7 +64,11 @@ def eval_task(space: Space, config: TrainConfig):
 def train_supernet(space: Space, out: Path, progress: bool = True) -> TrainResult:
     """Train (or finish training) the supernet in ``out``; a finished one is read back."""
     if (out / RESULT).is_file() and (out / CHECKPOINT).is_file():
-        return TrainResult.model_validate_json((out / RESULT).read_text())
+        from runners.sweep.records import read_optional
+
+        done = read_optional(out / RESULT, TrainResult)  # bounded; unreadable: one warning, trained on
+        if done is not None:
+            return done
     config = supernet_config(space).model_copy(update={"progress": progress})
     net = supernet(space)
     resume = out / CHECKPOINT if (out / CHECKPOINT).is_file() else None

@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 from nas.units import si
+from runners.checkpoint import save_figure
 
 from .analysis import ScaleResult, Transfer, extrapolation_sentence, shown
 
@@ -137,7 +138,7 @@ def figure(t: Transfer, path: Path) -> Path:
     _pair_bars(bars, t.scales[1:])
     fig.suptitle("\n".join(textwrap.wrap(f"{t.space}: {t.verdict}", 120)), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=150, facecolor="white")
+    save_figure(fig, path, dpi=150, facecolor="white")
     return path
 
 

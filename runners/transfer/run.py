@@ -265,13 +265,11 @@ def run_transfer(exp_dir: Path, out: Path | None = None, scales: tuple[float, ..
 
 def find(exp_dir: Path) -> Transfer | None:
     """An experiment's transfer, when one exists: ``EXP/transfer/transfer.json``."""
+    from runners.sweep.records import MAX_EXPERIMENT, read_optional
+
     path = Path(exp_dir) / TRANSFER / "transfer.json"
-    if not path.is_file():
-        return None
-    try:
-        return Transfer.model_validate_json(path.read_text())
-    except ValueError:
-        return None
+    # bounded, regular files only (a FIFO or a device is one warning, not a hang) (issue #34)
+    return read_optional(path, Transfer, MAX_EXPERIMENT)
 
 
 def summary_json(t: Transfer) -> dict:
