@@ -149,3 +149,25 @@ def test_an_experiments_transfer_is_read_bounded(tmp_path, kind, caplog):
     with caplog.at_level(logging.WARNING, "loopnas.records"):
         assert find(tmp_path) is None
     assert len(caplog.records) == 1 and "unreadable" in caplog.records[0].getMessage()
+
+
+# ---------------------------------------------------------------- calibrate's --address
+
+
+@pytest.mark.parametrize("address, why", [("http://127.0.0.1:8265", "a URL is not a Ray address"),
+                                          ("", "--address is empty"), ("closed", "connection refused")],
+                         ids=["url", "empty", "closed"])
+def test_calibrate_on_a_bad_ray_address_is_one_line_and_leaves_nothing(tmp_path, address, why):
+    """The issue's ``calibrate --address http://…`` gave ray.init's traceback. Loopback only."""
+    import socket
+
+    if address == "closed":
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+        s.close()
+    out = tmp_path / "deep" / "cal"
+    one_line(*bounded("calibrate", yaml_space(tmp_path), "--engine", "ray", "--address", address, "--out", out,
+                      cwd=tmp_path), f"--address {address}".rstrip() if address else "--address", why,
+             "ray start --head")
+    assert not (tmp_path / "deep").exists() and not (tmp_path / "runs").exists()
