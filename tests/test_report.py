@@ -238,8 +238,13 @@ def test_importance_past_max_trials_is_computed_on_a_stated_sample(experiment, m
     assert why is None and sum(importance.values()) == pytest.approx(1.0)
     from runners.report.charts import importance_figure
     assert imp.sample_note(exp) in importance_figure(importance, None, imp.sample_note(exp)).layout.title.text
+    from runners.report.charts import parallel_figure
+    lines = parallel_figure(exp)  # parallel coordinates: the same sample, said in the title
+    assert len(lines.data[0].dimensions[0].values) == n - 1 and f"{n - 1:,} of {n:,} trials drawn" in \
+        lines.layout.title.text
     monkeypatch.setattr(imp, "MAX_TRIALS", n)
     assert imp.subsample(n) is None and imp.sample_note(exp) == ""
+    assert len(parallel_figure(exp).data[0].dimensions[0].values) == n
 
 
 def test_front_png_past_many_draws_the_pages_decimation_without_bars(experiment, tmp_path, monkeypatch):
@@ -264,6 +269,24 @@ def test_front_png_past_many_draws_the_pages_decimation_without_bars(experiment,
     assert static.front_png(exp, axes(exp)[0], tmp_path / "many.png").stat().st_size > 10_000
     assert len(calls) == 1 and any(l and l.startswith("dominated (1 of ") for l in labels)
     assert bars in ([], [static.FRONT])  # bars on the front only (none where no point has seeds)
+
+
+def test_plotly_is_inlined_once_gzipped(experiment, reported):
+    """Issue #32: the page carries plotly.js once, gzipped into base64 (about 2 MB, not 4.8),
+    unpacked offline by the browser (the page renders: test_page_renders_in_chromium), and
+    diagrams with SVG text."""
+    import base64
+    import gzip
+
+    from plotly.offline import get_plotlyjs
+
+    html = (experiment / "report" / "index.html").read_text()
+    assert html.count("DecompressionStream(\"gzip\")") == 1 and "* plotly.js v" not in html
+    packed = re.search(r'var packed = "([A-Za-z0-9+/=]+)";', html).group(1)
+    assert gzip.decompress(base64.b64decode(packed)).decode() == get_plotlyjs()
+    assert len(html) < 2_600_000
+    svg = base64.b64decode(re.search(r'src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"', html).group(1)).decode()
+    assert "<text" in svg and len(svg) < 20_000  # diagrams' text as SVG text, not glyph outlines
 
 
 def test_seq_len_reprices_memory(experiment):
@@ -306,7 +329,7 @@ def test_report_writes_page_pngs_and_csv(experiment, reported):
         png = (report / f"{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 20_000, name
     html = (report / "index.html").read_text()
-    assert html.count("plotly.js v") == 1  # the library inlined once, for 7 charts
+    assert html.count('var packed = "') == 1  # the library inlined once (gzipped), for 7 charts
     assert html.count("Plotly.newPlot(") == 7
     assert not re.search(r"<script[^>]+src=", html)  # nothing fetched: opens offline
     assert html.count('src="data:image/svg+xml;base64,') == 7  # one diagram per front trial

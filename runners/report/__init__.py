@@ -17,7 +17,7 @@ from runners.sweep.records import write_text
 from .axes import axes, serving_axes
 from .data import Experiment, front_2d, hypervolume_history, load, rank_agreement
 from .oneshot import check_section
-from .page import diagram_uri, document, front_table, header, plural
+from .page import diagram_uri, document, front_table, header, plotly_script, plural
 from .transfer import TITLE as TRANSFER_TITLE
 from .transfer import section as transfer_section
 
@@ -69,9 +69,10 @@ def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
     inlined: list[bool] = []
 
     def html(fig) -> str:
-        """A figure's <div>; plotly.js (about 4.7 MB) is inlined with the first only."""
-        text = fig.to_html(full_html=False, include_plotlyjs=not inlined,
+        """A figure's <div>; plotly.js (gzipped, 2 MB: ``page.plotly_script``) precedes the first only."""
+        text = fig.to_html(full_html=False, include_plotlyjs=False,
                            config={"displaylogo": False, "responsive": True})
+        text = text if inlined else plotly_script() + text
         inlined.append(True)
         return text
 

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from .axes import Axis, hover, log_scale, quality_title
 from .data import Agreement, Experiment, front_2d
-from .importance import sampled, varying
+from .importance import sampled, subsample, varying
 
 FRONT, DOMINATED, KNEE, ELASTIC = "#d62728", "#9aa7b8", "#ffbf00", "#c7c7c7"
 MANY = 2000  # dominated points drawn one by one up to this many; past it, one WebGL trace, decimated
@@ -179,8 +179,12 @@ def _dimension(name: str, values: list) -> dict:
 
 def parallel_figure(exp: Experiment) -> go.Figure | None:
     """Parallel coordinates: each complete trial a line through its sampled parameters,
-    ending at its final quality and coloured by it."""
+    ending at its final quality and coloured by it; past ``importance.MAX_TRIALS`` trials,
+    the lines of importance's sample (``importance.subsample``), as the title says."""
     params, quality = sampled(exp)
+    keep, total = subsample(len(params)), len(params)
+    if keep is not None:
+        params, quality = [params[i] for i in keep], [quality[i] for i in keep]
     names = [n for n in varying(params) if all(n in p for p in params)]
     if len(params) < 2 or not names:
         return None
@@ -190,7 +194,11 @@ def parallel_figure(exp: Experiment) -> go.Figure | None:
         color=quality, colorscale="Viridis", reversescale=exp.quality.direction == "minimize",
         showscale=True, colorbar=dict(title=exp.quality.name))))
     fig.update_layout(**{**LAYOUT, "margin": dict(l=70, r=30, t=120, b=40)})
-    fig.update_layout(title_text="sampled parameters of the complete trials, coloured by final quality")
+    title = "sampled parameters of the complete trials, coloured by final quality"
+    if keep is not None:
+        title += (f"<br><sup>{len(keep):,} of {total:,} trials drawn, sampled uniformly at random "
+                  "(without replacement, seed 0)</sup>")
+    fig.update_layout(title_text=title)
     return fig
 
 
