@@ -12,6 +12,7 @@ the CPU and memory bounds of ``test_hostile_dirs.bounded``.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -171,3 +172,27 @@ def test_calibrate_on_a_bad_ray_address_is_one_line_and_leaves_nothing(tmp_path,
                       cwd=tmp_path), f"--address {address}".rstrip() if address else "--address", why,
              "ray start --head")
     assert not (tmp_path / "deep").exists() and not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- status's index
+
+
+@pytest.mark.parametrize("name", ["index.json", "index.more.json"])
+def test_an_index_larger_than_the_records_it_digests_is_not_read(tmp_path, name):
+    """EXP/index.json is a digest of the records: a planted 250 MB one (under the flat 256 MB
+    cap) took status to 565 MB. It is capped by the records' own size, read again from them
+    and rewritten."""
+    from test_experiment_robustness import fabricated
+
+    exp = fabricated(tmp_path / "exp")
+    rc, out, _ = bounded("status", exp, "--json")
+    assert rc == 0
+    good = json.loads(out)
+    (exp / name).write_bytes(b'{"format":2,"trials":{"t0000.json":"' + b"a" * (250 << 20) + b'"}}')
+    rc, out, err = bounded("status", exp, "--json")
+    assert rc == 0 and json.loads(out) == good, err
+    if name == "index.json":  # status reads (and so rewrites) the brief index only
+        assert (exp / name).stat().st_size < 1 << 20
+    from runners.sweep.records import read_index
+    assert len(read_index(exp, more=True)) == 3  # the report's reader: capped too, read again
+    assert (exp / name).stat().st_size < 1 << 20  # and rewritten from the records

@@ -406,14 +406,24 @@ def undigest(data: dict, more: bool = False) -> TrialRecord:
     return TrialRecord.model_validate({**brief, "replicates": replicates, **(data["more"] if more else {})})
 
 
+_INDEX_SLACK = 1 << 10  # bytes of an index per record beyond the record's own size
+
+
+def _size(entry: os.DirEntry) -> int:
+    try:
+        return entry.stat().st_size  # cached by the entry: _version reads it again for free
+    except OSError:
+        return 0
+
+
 def _version(entry: os.DirEntry) -> list[int]:
     st = entry.stat()
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
-def _cached(path: Path) -> dict:
+def _cached(path: Path, cap: int = 64 * MAX_EXPERIMENT) -> dict:
     try:
-        data = json.loads(read_bounded(path, 64 * MAX_EXPERIMENT))
+        data = json.loads(read_bounded(path, cap))
         return data["trials"] if data.get("format") == 2 and isinstance(data["trials"], dict) else {}
     except (OSError, Skipped, ValueError, AttributeError, KeyError, TypeError):
         return {}
@@ -430,14 +440,18 @@ def read_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, mo
     Memory stays that of the digests: one full record at a time."""
     exp_dir = Path(exp_dir)
     trials = exp_dir / TRIALS
-    brief_cache, more_cache = _cached(exp_dir / INDEX), _cached(exp_dir / INDEX_MORE) if more else None
-    fresh: tuple[dict, dict] = ({}, {})
-    out, changed = [], False
     try:
         entries = sorted((e for e in os.scandir(trials) if e.name.startswith("t") and e.name.endswith(".json")),
                          key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
         entries = []
+    # a digest is a part of its record: an index larger than the records it digests (and a
+    # little more) is not theirs, and is not read (a planted 250 MB one took status past 500 MB)
+    cap = min(64 * MAX_EXPERIMENT, _INDEX_SLACK * (len(entries) + 64) + sum(_size(e) for e in entries))
+    brief_cache = _cached(exp_dir / INDEX, cap)
+    more_cache = _cached(exp_dir / INDEX_MORE, cap) if more else None
+    fresh: tuple[dict, dict] = ({}, {})
+    out, changed = [], False
     for entry in entries:
         path = Path(entry.path)
         try:
@@ -465,14 +479,14 @@ def read_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, mo
             f[entry.name] = [version, part]
         out.append({**parts[0], "more": parts[1]} if more else parts[0])
     if changed or len(fresh[0]) != len(brief_cache):
-        _write_index(exp_dir, fresh, more)
+        _write_index(exp_dir, fresh, more, cap)
     return sorted(out, key=lambda d: d["number"])
 
 
-def _write_index(exp_dir: Path, fresh: tuple[dict, dict], more: bool) -> None:
+def _write_index(exp_dir: Path, fresh: tuple[dict, dict], more: bool, cap: int = 64 * MAX_EXPERIMENT) -> None:
     """Both index files, atomically; a reader that did not load the second merges into it."""
     if not more:
-        kept = _cached(exp_dir / INDEX_MORE)
+        kept = _cached(exp_dir / INDEX_MORE, cap)
         fresh = (fresh[0], {**{n: kept[n] for n in fresh[0] if n in kept}, **fresh[1]})
     try:
         for name, trials in zip((INDEX, INDEX_MORE), fresh):
