@@ -271,8 +271,9 @@ def _aligned(replicates, seeds) -> tuple[list[np.ndarray], list[int] | None]:
     order = paired_seeds(*[seeds[i] for i in multi]) if seeds is not None and multi else None
     if order is not None:
         for i in multi:
-            at = {s: j for j, s in enumerate(seeds[i])}
-            reps[i] = reps[i][[at[s] for s in order]]
+            if list(seeds[i]) != order:  # rows already in seed order (the usual case) stay as they are
+                at = {s: j for j, s in enumerate(seeds[i])}
+                reps[i] = reps[i][[at[s] for s in order]]
     return reps, order
 
 
@@ -310,11 +311,16 @@ def _nondominated(f: np.ndarray) -> np.ndarray:
 def _reachable(reps: list[np.ndarray], signs: np.ndarray, paired: bool) -> np.ndarray:
     """Indices of candidates not dominated in every possible draw by a member of the front
     of the means (which the draw of every replicate once keeps on the front)."""
-    means = np.stack([r.mean(axis=0) for r in reps]) * signs
-    members = np.flatnonzero(_nondominated(means))
     if paired:
         s = max(len(r) for r in reps)
-        rows = np.stack([np.broadcast_to(r, (s, r.shape[1])) for r in reps]) * signs  # (N, S, M)
+        rows = _stacked(reps, s)  # (N, S, M), one replicate repeated S times
+        means = np.stack([r.mean(axis=0) for r in reps]) * signs if s == 1 else \
+            _means(reps, rows) * signs
+        rows = rows * signs
+    else:
+        means = np.stack([r.mean(axis=0) for r in reps]) * signs
+    members = np.flatnonzero(_nondominated(means))
+    if paired:
         always = np.zeros(len(reps), dtype=bool)
         for j in members:  # dominated on every seed: dominated under any weights on the seeds
             always |= (rows[j] <= rows).all(axis=(1, 2)) & (rows[j] < rows).any(axis=2).all(axis=1)
@@ -327,13 +333,32 @@ def _reachable(reps: list[np.ndarray], signs: np.ndarray, paired: bool) -> np.nd
     return np.flatnonzero(~always)
 
 
+def _stacked(reps: list[np.ndarray], s: int) -> np.ndarray:
+    """``(N, s, M)``: each candidate's ``s`` rows (paired: all hold ``s`` or one, repeated)."""
+    m = reps[0].shape[1]
+    out = np.empty((len(reps), s, m))
+    for size in {len(r) for r in reps}:
+        idx = [i for i, r in enumerate(reps) if len(r) == size]
+        out[idx] = np.stack([reps[i] for i in idx])  # (k, size, M): size is s or 1 (broadcast)
+    return out
+
+
+def _means(reps: list[np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """Each candidate's mean row, as ``r.mean(axis=0)`` (the same sum, in the same order:
+    numpy adds the rows of a small reduced axis one after another); one replicate: itself."""
+    out = rows.mean(axis=1)
+    single = [i for i, r in enumerate(reps) if len(r) == 1]
+    out[single] = rows[single, 0]
+    return out
+
+
 def _drawn_reachable(reps: list[np.ndarray], signs: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Two objectives, paired: mask of the candidates that some drawn resample (a multiset of
     seed indices in ``idx``) does not dominate by more than rounding. Per distinct resample,
     a candidate is out when another's means are lower in both objectives by a margin no
     summation order can close (64 × seeds × ε × the column's largest value)."""
     s = idx.shape[1]
-    rows = np.stack([np.broadcast_to(r, (s, 2)) for r in reps]) * signs  # (N, S, 2)
+    rows = _stacked(reps, s) * signs  # (N, S, 2)
     weights = np.stack([np.bincount(c, minlength=s) for c in np.unique(np.sort(idx, axis=1), axis=0)]) / s
     tol = 64 * s * np.finfo(float).eps * np.abs(rows).max(axis=(0, 1))
     out = np.zeros(len(reps), dtype=bool)

@@ -39,19 +39,26 @@ def per_device(records) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def _replicates(d: dict, k, objectives, values: dict) -> tuple[list[list[float]], list[int] | None]:
+def _replicates(d: dict, k, names: list[str], measured: list[tuple[int, str]],
+                values: dict) -> tuple[list[list[float]], list[int] | None]:
     """A digest's replicate rows and seeds at ``k``, as ``front.replicate_rows``/``replicate_seeds``
-    give them for its record."""
+    give them for its record: ``names`` the objectives, ``measured`` (position, name) of the
+    measured ones (a replicate's own value where it has one, else ``values``)."""
+    fixed = [values[n] for n in names]
     rows, seeds = [], []
     for _, seed, status, points in d["reps"]:
         if status != "complete":
             continue
         for pk, rep in points:
             if pk == k:
-                rows.append([rep.get(o.name, values[o.name]) if o.measured else values[o.name] for o in objectives])
+                row = fixed.copy()
+                for i, n in measured:
+                    if n in rep:
+                        row[i] = rep[n]
+                rows.append(row)
                 seeds.append(seed)
                 break
-    return rows or [[values[o.name] for o in objectives]], seeds or None
+    return rows or [fixed], seeds or None
 
 
 def front_records(digests: list[dict], objectives) -> list:
@@ -61,15 +68,16 @@ def front_records(digests: list[dict], objectives) -> list:
     from nas.noise import front_candidates
     from runners.sweep.records import undigest
 
+    names = [o.name for o in objectives]
+    measured = [(i, o.name) for i, o in enumerate(objectives) if o.measured]
     owners, reps, seeds = [], [], []
     for n, d in enumerate(digests):
         if d["status"] != "complete":
             continue
         for p in d["points"]:
             values = p["values"]
-            if all(o.name in values and values[o.name] is not None and math.isfinite(values[o.name])
-                   for o in objectives):
-                rows, s = _replicates(d, p["k"], objectives, values)
+            if all(n in values and values[n] is not None and math.isfinite(values[n]) for n in names):
+                rows, s = _replicates(d, p["k"], names, measured, values)
                 owners.append(n)
                 reps.append(rows)
                 seeds.append(s)
