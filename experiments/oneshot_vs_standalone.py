@@ -298,6 +298,7 @@ def run_remedies(args) -> None:
     standalone = read_section(args.write, args.standalone_from)
     config = TrainConfig.model_validate({**base["proxy"], "seed": 0, "progress": False})
     report = {"section": section_key(args).replace(f"-seeds{args.seeds or 1}", "") + "-remedies", "space": base,
+              "axis": args.axis,
               "argv": " ".join(sys.argv[1:]), "from": args.standalone_from, "verify": [], "remedies": []}
     for name in args.remedy:
         space = {**base, "oneshot": {**base["oneshot"], "remedy": REMEDIES[name]}}
@@ -335,9 +336,12 @@ def remedies_markdown(r: dict) -> str:
     seeds = len(r["standalone"][names[0]])
     each = statistics.fmean(v["time"] for v in r["verify"]) if r["verify"] else None
     one_seed = each * len(names) if each else None
-    lines = ["## One-shot remedies vs stand-alone, loop counts (and order) on hop induction", "",
+    axis, task = r.get("axis", "loops"), r["space"]["proxy"]["task"]
+    what = ("loop counts (and order) on " + ("hop induction" if task == "hop_induction" else "the S3 word problem")
+            if axis == "loops" else "attention placements on MQAR")
+    lines = [f"## One-shot remedies vs stand-alone, {what}", "",
              f"Command: `python experiments/oneshot_vs_standalone.py {r['argv']}`", "", setting(
-                 {**r, "axis": "loops", "candidates": len(names)}),
+                 {**r, "axis": axis, "candidates": len(names), "rows": names}),
              f"Stand-alone: the per-seed eval losses of section `{r['from']}` ({len(names)} candidates × "
              f"{seeds} seeds), not retrained; "
              + (", ".join(f"`{v['candidate']}` seed 0 retrained now: {v['loss']:.4f} (committed {v['committed']:.3f}, "

@@ -257,6 +257,9 @@ def test_a_real_tiny_transfer_trains_writes_resumes_and_status_reads_it(tmp_path
     space.write_text(TINY)
     exp = tmp_path / "exp"
     assert cli("sweep", str(space), "--out", str(exp)).returncode == 0
+    assert cli("export", str(exp), "--pick", "knee", "--out", str(tmp_path / "before")).returncode == 0
+    assert "whether its order holds at larger scale was not checked" in " ".join(
+        (tmp_path / "before" / "README.md").read_text().split())
     run = cli("transfer", str(exp), "--scales", "2")
     assert run.returncode == 0, run.stderr
     out = exp / "transfer"
@@ -279,6 +282,12 @@ def test_a_real_tiny_transfer_trains_writes_resumes_and_status_reads_it(tmp_path
     bad = cli("transfer", str(exp), "--scales", "2", "--steps-rule", "x2")  # another plan for scale-2x
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ") and "other candidates" in bad.stderr
     assert cli("transfer", str(exp), "--scales", "x").stderr.strip().startswith("error: --scales")
+    # the export's README says at which scale the choice was checked
+    for pick, said in (("knee", "its order was checked at 2x by `loopnas transfer`: " + data["verdict"]),
+                       ("knee@2x", "Chosen from the 2x front of the sweep's transfer")):
+        done = cli("export", str(exp), "--pick", pick, "--out", str(tmp_path / pick))
+        assert done.returncode == 0, done.stderr
+        assert said in " ".join((tmp_path / pick / "README.md").read_text().split())
 
 
 ELASTIC = """\

@@ -252,8 +252,29 @@ def export_trial(exp_dir: str | Path, out: str | Path, *, trial: str | None = No
         path, rep, why = trial_checkpoint(Path(exp_dir), t, choice.experiment.objectives, choice.k, replicate)
         weights = _weights(arch, path, trial=t.id, replicate=rep.index if rep else None,
                            seed=rep.seed if rep else t.seed, replicates=max(1, len(t.replicates)), why=why)
-    return _finish(Path(out), arch, arch, loops=choice.k, how=_how(choice), weights=weights,
+    how = _how(choice) + " " + scale_check(Path(exp_dir))
+    return _finish(Path(out), arch, arch, loops=choice.k, how=how, weights=weights,
                    seq_len=choice.experiment.seq_len, scale_to=scale_to, vary=vary, fmt=fmt)
+
+
+def scale_check(exp_dir: Path) -> str:
+    """At which scale the choice was checked (issue #30): picked from a transfer's larger
+    scale (``--pick knee@4x``), from a sweep whose transfer says whether its order holds, or
+    from one whose order nothing has checked beyond the proxy."""
+    from runners.transfer import TRANSFER, find
+
+    exp_dir = Path(exp_dir)
+    if exp_dir.parent.name == TRANSFER and exp_dir.name.startswith("scale-"):
+        t = find(exp_dir.parent.parent)
+        label = exp_dir.name[len("scale-"):]
+        return (f"Chosen from the {label} front of the sweep's transfer (`loopnas transfer`): the candidates "
+                f"retrained at {label} width" + (f"; {t.verdict}." if t is not None else "."))
+    t = find(exp_dir)
+    if t is not None:
+        scales = ", ".join(s.label for s in t.scales[1:])
+        return f"Chosen at the proxy's scale; its order was checked at {scales} by `loopnas transfer`: {t.verdict}."
+    return ("Chosen at the proxy's scale; whether its order holds at larger scale was not checked "
+            "(`loopnas transfer EXP` retrains the front wider and says so).")
 
 
 def _how(c: Choice) -> str:
@@ -270,5 +291,5 @@ def _how(c: Choice) -> str:
     return " ".join(lines)
 
 
-__all__ = ["Export", "Scaled", "ExportError", "Weights", "export_spec", "export_trial", "scale", "write_dir",
+__all__ = ["Export", "Scaled", "ExportError", "Weights", "export_spec", "export_trial", "scale", "scale_check", "write_dir",
            "config_dict", "AUTO_MAP", "MANIFEST"]
