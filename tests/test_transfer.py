@@ -348,3 +348,28 @@ def test_a_transfer_is_recomputed_from_its_per_seed_values(tmp_path):
     t = analyse(prep)
     again = reanalysed(type(t).model_validate_json(t.model_dump_json()))
     assert markdown(again) == markdown(t) and again.scales[1].pairs.flipped == t.scales[1].pairs.flipped > 0
+
+
+@pytest.mark.slow
+def test_a_transfer_trains_its_scales_on_ray(tmp_path, one_thread, monkeypatch):
+    """The same tiny transfer with ``engine="ray"``: each scale is a Ray Tune experiment
+    (a local instance), resumable like the optuna engine's, and analysed the same way."""
+    pytest.importorskip("ray.tune")
+    from runners.sweep.records import read_experiment, read_trials
+    from runners.sweep.run import run_sweep
+    from runners.transfer import run_transfer
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    space = tmp_path / "space.yaml"
+    space.write_text(TINY)
+    exp = run_sweep(space, out=tmp_path / "exp", progress=False)
+    t = run_transfer(exp, scales=(2.0,), engine="ray", progress=False)
+    scale = exp / "transfer" / "scale-2x"
+    assert read_experiment(scale).backend == "ray"
+    trained = read_trials(scale)
+    assert len(trained) == 2 and all(r.status == "complete" and len(r.replicates) == 2 for r in trained)
+    big = t.scales[1]
+    assert big.label == "2x" and [c.n for c in big.candidates] == [2, 2] and t.verdict
+    finished = {r.id: r.finished for r in trained}
+    run_transfer(exp, scales=(2.0,), engine="ray", progress=False)  # resumes: nothing trained again
+    assert {r.id: r.finished for r in read_trials(scale)} == finished
