@@ -71,6 +71,32 @@ def save_figure(fig: Any, path: str | Path, **kwargs: Any) -> Path:
     return path
 
 
+class LinkError(LoopnasError):
+    """A folder a run would write inside is a symbolic link loopnas must not replace: one
+    line, exit code 2."""
+
+
+def run_folder(top: str | Path, path: str | Path, resume: bool = False) -> Path:
+    """``path``, a folder below ``top`` that a training run writes inside (``trials/<id>/``,
+    ``trials/<id>/s<i>/``; ``top`` is guarded by its caller), never reached through a
+    symlink: a link at it or at a folder between (planted to send a checkpoint and a result
+    outside the experiment) is removed, its target untouched, and the trainer makes the
+    folder; with ``resume`` (the run continues from what the folder holds) it is a
+    :class:`LinkError` naming it, and nothing is removed. Not made here: the trainer makes it."""
+    top, path = Path(top), Path(path)
+    folder = top
+    for part in path.relative_to(top).parts:
+        folder = folder / part
+        if not folder.is_symlink():
+            continue
+        if resume:
+            raise LinkError(f"--resume: {folder} is a symbolic link (to {os.readlink(folder)}); a resumed run "
+                            "writes only inside the experiment directory: put the folder itself there, or start "
+                            "a new experiment with another --out")
+        folder.unlink()
+    return path
+
+
 def own_dir(path: str | Path) -> Path:
     """The directory ``path``, made if missing. A symlink there (planted to send what is
     written inside elsewhere) is replaced by a directory of its own; its target is untouched."""
@@ -147,5 +173,5 @@ def _unreadable(path: str | Path, exc: Exception) -> str:
             f"{type(exc).__name__})")
 
 
-__all__ = ["CHECKPOINT", "RESULT", "CheckpointError", "atomic", "load", "own_dir", "save", "save_figure",
-           "write_text"]
+__all__ = ["CHECKPOINT", "RESULT", "CheckpointError", "LinkError", "atomic", "load", "own_dir", "run_folder", "save",
+           "save_figure", "write_text"]

@@ -31,7 +31,7 @@ from builders.model import LoopLM, build_model
 from nas import oneshot as one
 from nas.space import Space
 from nas.spec import ArchSpec
-from runners.checkpoint import CHECKPOINT, save, write_text
+from runners.checkpoint import CHECKPOINT, run_folder, save, write_text
 from runners.sweep.driver import Sweep
 from runners.sweep.front import front
 from runners.sweep.records import TRIALS, write_json
@@ -60,7 +60,9 @@ def extract(model: LoopLM, net: ArchSpec, pattern: Sequence[int], loops: int | N
 
 
 def save_subnet(folder: Path, arch: ArchSpec, sub: LoopLM) -> None:
-    """``checkpoint.pt`` (spec and weights, as the trainer writes them) and ``spec.yaml``."""
+    """``checkpoint.pt`` (spec and weights, as the trainer writes them) and ``spec.yaml``,
+    in ``trials/<id>/``: a symlink planted there is replaced, never written through."""
+    run_folder(folder.parent, folder)
     folder.mkdir(parents=True, exist_ok=True)
     data = arch.model_dump(mode="json")
     save(folder / CHECKPOINT, {"arch": data, "model": sub.state_dict()})

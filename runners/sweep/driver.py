@@ -20,7 +20,7 @@ from nas.errors import LoopnasError, SpecError
 from nas.graph import summary
 from nas.noise import mean_se
 from nas.space import Space, changes, cost_value, grid_size, identity, spec_hash, violations
-from runners.checkpoint import atomic
+from runners.checkpoint import LinkError, atomic, run_folder
 from runners.track import Tracking, annotate, mark_front, wanted
 
 from .devices import job_placement
@@ -236,7 +236,7 @@ class Sweep:
             self._setup(space, out, backend, trials, resume, seeds, planned)
         except BaseException as exc:
             self._abandon()
-            if isinstance(exc, (LockError, RecordError)):
+            if isinstance(exc, (LockError, RecordError, LinkError)):
                 raise SweepError(str(exc)) from None
             raise
         # search.track and --track: logged here, by the one writer (runners.track)
@@ -267,6 +267,8 @@ class Sweep:
         self._open(resume)
         # read before the study is touched: a damaged record refuses a resume with nothing written
         self.records: dict[str, TrialRecord] = {r.id: r for r in read_trials(self.out)}
+        if resume:
+            self._resumed_folders()
         self.storage = self._storage(spec.search.storage)
         self.sampler = make_sampler(space, self.total)
         self.study = optuna.create_study(
@@ -354,6 +356,17 @@ class Sweep:
             seed=self.space.spec.search.seed, seeds=self.seeds, created=time.time(),
             seq_len=self.space.spec.seq_len, storage=url and study_storage(self.out, url),
             identity=identity(self.space)))
+
+    def _resumed_folders(self) -> None:
+        """The run folders a resume continues in (those of trials left running, their
+        replicates not yet complete) are not symlinks: refused in one line before the study
+        is touched (:func:`runners.checkpoint.run_folder`; issue #34)."""
+        for r in self.records.values():
+            if r.status != "running" or r.duplicate_of:
+                continue
+            for rep in r.replicates or [None]:
+                if rep is None or rep.status != "complete":
+                    run_folder(self.out / TRIALS, run_dir(self.out, r, rep and rep.index), resume=True)
 
     def _storage(self, url: str | None):
         """The study's storage: the RDB at ``url``, else the journal in the directory (a
@@ -594,6 +607,10 @@ class Sweep:
         record = self.records[rid]
         one = self.seeds == 1  # one seed: the layout of experiments written before replicates
         job_dir = run_dir(self.out, record, rep.index)  # the layout export reads back
+        try:  # never a symlink: replaced where the run starts afresh, refused where it resumes
+            run_folder(self.out / TRIALS, job_dir, resume=resume)
+        except LinkError as exc:
+            raise SweepError(str(exc)) from None
         return Job(id=rid if one else f"{rid}-s{rep.index}", trial=rid, replicate=rep.index,
                    arch=record.arch, config={**config, "seed": rep.seed}, dir=str(job_dir),
                    metric=self.quality.metric if self.quality else "eval_loss",

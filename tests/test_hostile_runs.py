@@ -1,0 +1,117 @@
+"""Issue #34, the last three gaps: a run's folder, a checkpoint's size, a journal's line.
+
+- A symlink at a run folder (``trials/<id>/``, or ``trials/<id>/s<i>/`` of a seeded
+  replicate) inside a real ``trials/``: the trainer made the folder and wrote its checkpoint
+  and result through it. A resume that would continue a run there is one line (the link and
+  its target untouched); a run that starts afresh replaces the link (its target untouched).
+- A checkpoint larger than its model can make (:func:`runners.checkpoint.checkpoint_cap`:
+  16 bytes a parameter plus a fixed allowance) is refused in one line before it is read.
+- A journal line longer than any entry a study writes (a 2 GB line with no newline) is
+  never read whole: one line, the journal left as it was.
+
+The hostile file is made in each test; a refusal is one line, exit 2, no traceback, within
+the CPU and memory bounds of ``test_hostile_dirs.bounded`` (peak memory from VmHWM).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_hostile_dirs import bounded
+from test_hostile_input import one_line
+from test_hostile_links import planted
+from test_hostile_round2 import tree, yaml_space
+
+from nas.space import load_space
+from runners.checkpoint import CHECKPOINT, LinkError, run_folder
+from runners.sweep.driver import Sweep, SweepError
+from runners.sweep.records import TRIALS, read_trials
+
+
+def swept(space: Path, exp: Path) -> None:
+    """A sweep that trains (not a refusal: no bounds but the wall clock)."""
+    proc = subprocess.run([sys.executable, "-m", "runners", "sweep", str(space), "--out", str(exp)],
+                          capture_output=True, text=True, timeout=300, cwd=space.parent)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+def interrupted(tmp_path: Path, seeds: int = 1) -> tuple[Path, Path, str]:
+    """An experiment whose first trial was given to a worker and then left running (the
+    driver killed): its space, its directory and the trial's id."""
+    space, exp = yaml_space(tmp_path), tmp_path / "exp"
+    sweep = Sweep(load_space(space), exp, "optuna", seeds=seeds)
+    job = sweep.next_job()
+    sweep.close()
+    [record] = read_trials(exp)
+    assert record.status == "running" and record.id == job.trial
+    return space, exp, job.trial
+
+
+# ---------------------------------------------------------------- 1. a run's folder
+
+
+def test_a_resume_into_a_symlinked_run_folder_is_one_line(tmp_path):
+    precious, folder, _ = planted(tmp_path)
+    space, exp, rid = interrupted(tmp_path)
+    run = exp / TRIALS / rid
+    if run.exists():
+        os.rename(run, tmp_path / "moved")  # "moved to another disk"
+    run.symlink_to(folder, target_is_directory=True)
+    before = tree(folder), precious.read_text()
+    one_line(*bounded("sweep", space, "--out", exp, "--resume", cwd=tmp_path),
+             f"--resume: {run} is a symbolic link (to {folder})", "start a new experiment with another --out")
+    assert (tree(folder), precious.read_text()) == before and run.is_symlink()
+
+
+def test_a_resume_into_a_symlinked_replicate_folder_is_one_line(tmp_path):
+    precious, folder, _ = planted(tmp_path)
+    space, exp, rid = interrupted(tmp_path, seeds=2)
+    (exp / TRIALS / rid).mkdir(exist_ok=True)
+    replicate = exp / TRIALS / rid / "s1"  # the replicate not yet given out: resumed too
+    replicate.symlink_to(folder, target_is_directory=True)
+    before = tree(folder), precious.read_text()
+    one_line(*bounded("sweep", space, "--out", exp, "--resume", "--seeds", "2", cwd=tmp_path),
+             f"--resume: {replicate} is a symbolic link")
+    assert (tree(folder), precious.read_text()) == before and replicate.is_symlink()
+
+
+def test_a_link_planted_while_a_resume_runs_is_refused_where_the_job_is_made(tmp_path):
+    _, folder, _ = planted(tmp_path)
+    space, exp, rid = interrupted(tmp_path)
+    sweep = Sweep(load_space(space), exp, "optuna", resume=True)
+    try:
+        (exp / TRIALS / rid).symlink_to(folder, target_is_directory=True)
+        with pytest.raises(SweepError, match="is a symbolic link"):
+            sweep.next_job()
+    finally:
+        sweep.close()
+    assert tree(folder) == ["notes.txt"]
+
+
+def test_a_new_run_replaces_a_planted_link_and_writes_through_none(tmp_path):
+    """A real trials/ the user made, with a link at the first trial's folder: the sweep
+    trains there, in a folder of its own; the link's target is untouched."""
+    precious, folder, exp = planted(tmp_path)
+    space = yaml_space(tmp_path, extra="search: {sampler: random, trials: 1, concurrency: 1}")
+    (exp / TRIALS).mkdir()
+    run = exp / TRIALS / "t0000"
+    run.symlink_to(folder, target_is_directory=True)
+    swept(space, exp)
+    assert tree(folder) == ["notes.txt"] and precious.read_text() == "precious"
+    assert not run.is_symlink() and (run / CHECKPOINT).is_file()
+    assert [r.status for r in read_trials(exp)] == ["complete"]
+
+
+def test_run_folder_replaces_each_link_on_the_way_or_refuses_it(tmp_path):
+    _, folder, exp = planted(tmp_path)
+    top = exp / TRIALS
+    top.mkdir()
+    (top / "t0001").symlink_to(folder, target_is_directory=True)
+    with pytest.raises(LinkError, match="t0001 is a symbolic link"):
+        run_folder(top, top / "t0001" / "s0", resume=True)
+    assert (top / "t0001").is_symlink()
+    assert run_folder(top, top / "t0001" / "s0") == top / "t0001" / "s0"
+    assert not os.path.lexists(top / "t0001") and tree(folder) == ["notes.txt"]
