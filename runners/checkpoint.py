@@ -5,6 +5,10 @@ of them (specs and configs as their JSON dumps). So :func:`load` always unpickle
 ``weights_only=True``, and a checkpoint that would run code when loaded is refused, never
 executed: a checkpoint is as safe to open as the safetensors an export writes. torch is
 imported inside the functions, so the CLI can name :class:`CheckpointError` without it.
+
+A checkpoint is never read past its cap (issue #34): :func:`checkpoint_cap` of the model it
+should hold when that is known (its weights and AdamW's two moments, with room, plus a
+fixed allowance), else :data:`MAX_CHECKPOINT`; a larger file is refused before it is read.
 """
 from __future__ import annotations
 
@@ -23,6 +27,13 @@ from nas.errors import LoopnasError
 CHECKPOINT = "checkpoint.pt"
 RESULT = "result.json"
 _PLAIN = (str, bytes, int, float, bool, type(None))
+# a trainer checkpoint holds the weights (fp32: 4 bytes a parameter) and AdamW's two moments
+# (8 more): 16 bytes a parameter leaves a third of room; the allowance holds the RNG states,
+# the loss history (a float a step), the evaluations and the config
+BYTES_PER_PARAM = 16
+ALLOWANCE = 128 << 20
+MAX_CHECKPOINT = 8 << 30  # a checkpoint whose model is known only from the file itself
+VOCAB_ROOM = 1 << 18  # the vocabulary assumed where a run trained on a task's that the spec does not state
 
 
 class CheckpointError(LoopnasError):
@@ -142,14 +153,38 @@ def save(path: str | Path, payload: dict[str, Any]) -> None:
         torch.save(_plain(payload, "checkpoint"), tmp)
 
 
-def load(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+def checkpoint_cap(arch: Any, copies: int = 1, any_vocab: bool = False) -> int:
+    """The most bytes a checkpoint of ``arch`` (an ArchSpec; ``copies`` models of it, as a
+    remedied supernet saves one a branch) may take: :data:`BYTES_PER_PARAM` a parameter of
+    the model the spec describes, plus :data:`ALLOWANCE`. ``any_vocab``: the run trained on
+    a task's vocabulary the spec does not state (an export): the embedding is counted at
+    :data:`VOCAB_ROOM` tokens when the spec's vocabulary is smaller."""
+    from nas.cost.sheet import unique_params
+
+    if any_vocab and arch.model.vocab_size < VOCAB_ROOM:
+        arch = arch.model_copy(update={"model": arch.model.model_copy(update={"vocab_size": VOCAB_ROOM})})
+    return BYTES_PER_PARAM * unique_params(arch) * max(1, copies) + ALLOWANCE
+
+
+def load(path: str | Path, map_location: Any = "cpu", cap: int | None = None) -> dict[str, Any]:
     """The dict saved at ``path``, unpickled with ``weights_only=True``. A missing,
-    unreadable, torn or foreign file, or one holding objects that would run code, is a
-    :class:`CheckpointError` naming ``path``."""
+    unreadable, torn or foreign file, one holding objects that would run code, or one
+    larger than ``cap`` bytes (:func:`checkpoint_cap` of the model it should hold; else
+    :data:`MAX_CHECKPOINT`), refused before it is read, is a :class:`CheckpointError`
+    naming ``path``."""
     import torch
 
     if not Path(path).is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
+    limit = MAX_CHECKPOINT if cap is None else cap
+    try:
+        size = os.stat(path).st_size
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if size > limit:
+        raise CheckpointError(f"{path}: {_mb(size)}, more than a checkpoint of "
+                              f"{'its model' if cap is not None else 'any model loopnas trains'} can take "
+                              f"({_mb(limit)}); not read (a file that is not this model's checkpoint?)")
     try:
         with warnings.catch_warnings():  # a foreign pickle's protocol: the error below says it
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
@@ -168,10 +203,14 @@ def load(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
     return ckpt
 
 
+def _mb(size: int) -> str:
+    return f"{size / (1 << 20):,.0f} MB" if size >= 1 << 20 else f"{size:,} bytes"
+
+
 def _unreadable(path: str | Path, exc: Exception) -> str:
     return (f"{path}: not a readable checkpoint (torn, truncated, or not written by torch.save; "
             f"{type(exc).__name__})")
 
 
-__all__ = ["CHECKPOINT", "RESULT", "CheckpointError", "LinkError", "atomic", "load", "own_dir", "run_folder", "save",
-           "save_figure", "write_text"]
+__all__ = ["ALLOWANCE", "BYTES_PER_PARAM", "CHECKPOINT", "MAX_CHECKPOINT", "RESULT", "VOCAB_ROOM", "CheckpointError", "LinkError",
+           "atomic", "checkpoint_cap", "load", "own_dir", "run_folder", "save", "save_figure", "write_text"]

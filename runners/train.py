@@ -37,7 +37,7 @@ from nas.elastic import before_switch, switch_step
 from nas.load import resolve
 from nas.proxy import CurriculumConfig, TrainConfig
 from nas.spec import ArchSpec
-from runners.checkpoint import CHECKPOINT, RESULT, write_text
+from runners.checkpoint import CHECKPOINT, RESULT, checkpoint_cap, write_text
 from runners.checkpoint import load as load_checkpoint
 from runners.checkpoint import save as save_checkpoint
 from runners.elastic import loop_groups, projection_compute, step_dist, train_dist
@@ -285,7 +285,8 @@ def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None
     evals: list[EvalRecord] = []
     depth_rows: dict[str, int] = {}
     if resume is not None:
-        ckpt = load_checkpoint(resume)  # on CPU, where RNG states live; load_state_dict moves the rest
+        # on CPU, where RNG states live; load_state_dict moves the rest. Capped by the model's size
+        ckpt = load_checkpoint(resume, cap=checkpoint_cap(proxy))
         if _reread(ckpt["fingerprint"]) != _fingerprint(proxy, config):
             raise ValueError(f"{resume} was written by a different arch or config")
         model.load_state_dict(ckpt["model"])

@@ -25,10 +25,15 @@ from test_hostile_input import one_line
 from test_hostile_links import planted
 from test_hostile_round2 import tree, yaml_space
 
+from nas.load import load_arch
 from nas.space import load_space
-from runners.checkpoint import CHECKPOINT, LinkError, run_folder
+from runners.checkpoint import (
+    ALLOWANCE, BYTES_PER_PARAM, CHECKPOINT, MAX_CHECKPOINT, CheckpointError, LinkError, checkpoint_cap, load,
+    run_folder,
+)
 from runners.sweep.driver import Sweep, SweepError
 from runners.sweep.records import TRIALS, read_trials
+from spaces import arch_path
 
 
 def swept(space: Path, exp: Path) -> None:
@@ -115,3 +120,70 @@ def test_run_folder_replaces_each_link_on_the_way_or_refuses_it(tmp_path):
     assert (top / "t0001").is_symlink()
     assert run_folder(top, top / "t0001" / "s0") == top / "t0001" / "s0"
     assert not os.path.lexists(top / "t0001") and tree(folder) == ["notes.txt"]
+
+
+# ---------------------------------------------------------------- 2. a checkpoint's size
+
+
+def sparse(path: Path, size: int) -> Path:
+    """A file of ``size`` bytes that takes no disk (a hole): what matters is that it is never read."""
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return path
+
+
+def test_the_cap_is_proportional_to_the_model():
+    tiny, big = load_arch(arch_path("tiny_noloop")), load_arch(arch_path("noloop_110m"))
+    from nas.cost.sheet import unique_params
+
+    assert checkpoint_cap(tiny) == BYTES_PER_PARAM * unique_params(tiny) + ALLOWANCE
+    assert checkpoint_cap(big) == BYTES_PER_PARAM * unique_params(big) + ALLOWANCE
+    assert checkpoint_cap(tiny, copies=3) - ALLOWANCE == 3 * (checkpoint_cap(tiny) - ALLOWANCE)
+    # a checkpoint trained on a task's vocabulary (an export does not know it): room for 2^18 tokens
+    assert checkpoint_cap(tiny) < checkpoint_cap(tiny, any_vocab=True) < MAX_CHECKPOINT
+
+
+def test_a_trainer_checkpoint_fits_its_models_cap_without_the_allowance(tmp_path):
+    from nas.cost.sheet import unique_params
+    from runners.train import TrainConfig, train
+
+    arch = load_arch(arch_path("tiny_noloop"))
+    config = TrainConfig(task="s5", task_params={"seq_len": 4, "degree": 2}, steps=4, batch_size=4, eval_every=2,
+                         checkpoint_every=2)
+    result = train(arch, config, out_dir=tmp_path / "run")
+    size = (tmp_path / "run" / CHECKPOINT).stat().st_size
+    ckpt = load(tmp_path / "run" / CHECKPOINT, cap=checkpoint_cap(result.arch))
+    params = sum(t.numel() for t in ckpt["model"].values())
+    assert params == unique_params(result.arch)  # the cost model counts what the trainer saves
+    assert size <= BYTES_PER_PARAM * params + (1 << 20), size  # weights and AdamW's moments: 12 bytes each
+
+
+def test_a_checkpoint_larger_than_its_model_is_refused_before_it_is_read(tmp_path):
+    arch = load_arch(arch_path("tiny_noloop"))
+    cap = checkpoint_cap(arch)
+    path = sparse(tmp_path / CHECKPOINT, cap + 1)
+    with pytest.raises(CheckpointError, match="not read"):
+        load(path, cap=cap)
+    with pytest.raises(CheckpointError, match="more than a checkpoint of any model"):
+        load(sparse(tmp_path / "huge.pt", MAX_CHECKPOINT + 1))
+
+
+def test_export_with_an_oversized_checkpoint_is_one_line(tmp_path):
+    arch = load_arch(arch_path("tiny_noloop"))
+    path = sparse(tmp_path / CHECKPOINT, checkpoint_cap(arch, any_vocab=True) + 1)
+    out = tmp_path / "exported"
+    one_line(*bounded("export", "tiny_noloop", "--checkpoint", path, "--out", out, cwd=tmp_path),
+             f"{path}:", "not read")
+    assert not out.exists()
+
+
+def test_export_with_weights_of_a_trial_whose_checkpoint_is_oversized_is_one_line(tmp_path):
+    space, exp = yaml_space(tmp_path, extra="search: {sampler: random, trials: 1, concurrency: 1}"), tmp_path / "exp"
+    swept(space, exp)
+    [record] = read_trials(exp)
+    ckpt = exp / TRIALS / record.id / CHECKPOINT
+    sparse(ckpt, 4 << 30)  # the trial's checkpoint overwritten by 4 GB the model cannot have made
+    out = tmp_path / "exported"
+    one_line(*bounded("export", exp, "--trial", record.id, "--with-weights", "--out", out, cwd=tmp_path),
+             f"{ckpt}:", "not read")
+    assert not out.exists()

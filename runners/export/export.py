@@ -208,11 +208,11 @@ def _finish(out: Path, arch: ArchSpec, scale_src: ArchSpec, *, loops, how, weigh
 def _weights(arch: ArchSpec, path: Path, **source) -> Weights:
     """The checkpoint's weights, once shown to be ``arch``'s (:func:`runners.export.weights.owner`);
     a file that does not load is a CheckpointError."""
-    from runners.checkpoint import load
+    from runners.checkpoint import checkpoint_cap, load
 
     if not path.exists():
         raise ExportError(f"no checkpoint at {path}")
-    ckpt = load(path)
+    ckpt = load(path, cap=checkpoint_cap(arch, any_vocab=True))  # trained on its task's vocabulary
     state = ckpt.get("model", ckpt)
     if not isinstance(state, dict) or not state:
         raise ExportError(f"{path} holds no state_dict (expected a trainer checkpoint with key 'model')")

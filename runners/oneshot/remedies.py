@@ -41,7 +41,7 @@ from nas.elastic import train_dist
 from nas.proxy import TrainConfig
 from nas.space import Space
 from nas.spec import ArchSpec
-from runners.checkpoint import RESULT, load, save, write_text
+from runners.checkpoint import RESULT, checkpoint_cap, load, save, write_text
 from runners.elastic import loop_groups, step_dist
 from runners.tasks import Task, make_task
 from runners.train import eval_batches, evaluate, initialise, lr_at, param_groups, total_steps, with_vocab
@@ -266,7 +266,9 @@ def train_remedied(space: Space, out: Path) -> tuple[dict, Supernets]:
     remedy, loops = space.spec.oneshot.remedy, space.spec.oneshot.loops
     mark = _fingerprint(net, config, remedy)
     if (out / RESULT).is_file() and (out / WEIGHTS).is_file():
-        saved = load(out / WEIGHTS)
+        # a model (and its gates) a branch: the options of a few-shot split, else one
+        branches = len(net.layers[0].mixer.options) if remedy.few_shot is not None else 1
+        saved = load(out / WEIGHTS, cap=checkpoint_cap(net, copies=2 * branches))
         done = _result(out / RESULT)
         if saved.get("fingerprint") == mark and done is not None:
             return done, _restore(net, config, loops, saved)

@@ -17,7 +17,7 @@ from nas.oneshot import supernet
 from nas.space import Space
 from nas.spec import ArchSpec
 from runners.tasks import make_task
-from runners.checkpoint import CHECKPOINT, RESULT, load
+from runners.checkpoint import CHECKPOINT, RESULT, checkpoint_cap, load
 from runners.train import TrainConfig, TrainResult, train, with_vocab
 
 
@@ -81,7 +81,7 @@ def load_supernet(space: Space, out: Path) -> tuple[LoopLM, ArchSpec]:
     task = make_task(config.task, **config.task_params)
     arch = with_vocab(supernet(space), task.vocab_size)
     model = build_model(arch, backend=config.backend, device=config.device)
-    model.load_state_dict(load(out / CHECKPOINT)["model"])
+    model.load_state_dict(load(out / CHECKPOINT, cap=checkpoint_cap(arch))["model"])
     return model.eval(), arch
 
 

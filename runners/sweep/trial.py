@@ -195,12 +195,12 @@ def _measure_serving(objectives: tuple[ServingJob, ...], arch, config, checkpoin
     from builders.model import build_model
     from runners.bench.measure import for_serving
     from runners.bench.serving import serving_values
-    from runners.checkpoint import load
+    from runners.checkpoint import checkpoint_cap, load
 
     device = torch.device(config.device)
     dtype = torch.bfloat16 if device.type == "cuda" and config.dtype == "bfloat16" else torch.float32
     model = build_model(arch, backend=config.backend, device=device)
-    model.load_state_dict(load(checkpoint)["model"])
+    model.load_state_dict(load(checkpoint, cap=checkpoint_cap(arch))["model"])
     served, _ = for_serving(model, dtype)
     elastic = [m for m in measured if m["k"] is not None]
     for m in elastic or measured:
