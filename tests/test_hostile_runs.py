@@ -32,7 +32,7 @@ from runners.checkpoint import (
     run_folder,
 )
 from runners.sweep.driver import Sweep, SweepError
-from runners.sweep.records import TRIALS, read_trials
+from runners.sweep.records import JOURNAL, MAX_ENTRY, TRIALS, RecordError, read_trials, repair_journal
 from spaces import arch_path
 
 
@@ -187,3 +187,35 @@ def test_export_with_weights_of_a_trial_whose_checkpoint_is_oversized_is_one_lin
     one_line(*bounded("export", exp, "--trial", record.id, "--with-weights", "--out", out, cwd=tmp_path),
              f"{ckpt}:", "not read")
     assert not out.exists()
+
+
+# ---------------------------------------------------------------- 3. a journal's line
+
+
+@pytest.mark.parametrize("where", ["last", "middle"])
+def test_a_journal_line_longer_than_any_entry_is_one_line_and_not_read_whole(tmp_path, where):
+    space, exp = yaml_space(tmp_path, extra="search: {sampler: random, trials: 1, concurrency: 1}"), tmp_path / "exp"
+    sweep = Sweep(load_space(space), exp, "optuna")
+    sweep.close()
+    journal = exp / JOURNAL
+    whole = journal.read_bytes()
+    assert whole.endswith(b"\n")
+    with open(journal, "ab") as f:  # 2 GB with no newline: a hole, never written to disk
+        f.truncate(len(whole) + (2 << 30))
+    if where == "middle":
+        with open(journal, "ab") as f:
+            f.write(b"\n" + whole.splitlines(keepends=True)[0])
+    size = journal.stat().st_size
+    entry = len(whole.splitlines()) + 1
+    one_line(*bounded("sweep", space, "--out", exp, "--resume", cwd=tmp_path),
+             f"{journal}: entry {entry} (byte {len(whole)}) is longer than {MAX_ENTRY >> 20} MB",
+             "restore the file")
+    assert journal.stat().st_size == size  # nothing cut: it is not a write cut short
+    with pytest.raises(RecordError, match="longer than"):
+        repair_journal(journal)
+
+
+def test_a_torn_last_entry_within_the_cap_is_still_cut(tmp_path):
+    journal = tmp_path / JOURNAL
+    journal.write_bytes(b'{"op_code": 0}\n{"op_co')
+    assert repair_journal(journal) == 7 and journal.read_bytes() == b'{"op_code": 0}\n'

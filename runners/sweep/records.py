@@ -48,6 +48,9 @@ JOURNAL = "study.journal"
 # rungs); read, it takes about 20 times its size in memory.
 MAX_RECORD = 8 << 20
 MAX_EXPERIMENT = 4 << 20  # experiment.json (its space is at most nas.load.MAX_BYTES), calibration.json
+# one line of study.journal: Optuna's entries (a trial's parameter, state or attribute) are
+# well under a kilobyte; longer is no entry a study wrote, and it is never read whole
+MAX_ENTRY = 16 << 20
 MAX_POINTS = 1025  # points of one trial or replicate: one per loop count (nas.spec.MAX_LOOPS) and the spec's own
 MAX_REPLICATES = 1024
 
@@ -500,7 +503,9 @@ def repair_journal(path: Path) -> int:
     """Check the study's journal before it is opened: a torn last entry (a write cut short
     by a kill or a full disk: Optuna never replayed it) is cut off, so the next append does
     not glue onto it; returns the bytes cut. Damage before the last entry is a
-    :class:`RecordError` naming the file and the entry."""
+    :class:`RecordError` naming the file and the entry; so is an entry longer than
+    :data:`MAX_ENTRY` (no study writes one: not a write cut short), read no further than
+    that, wherever it is."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -511,7 +516,11 @@ def repair_journal(path: Path) -> int:
                           "again with another --out")
     good, number = 0, 0
     with path.open("rb") as f:
-        for number, line in enumerate(f, start=1):
+        for number, line in enumerate(iter(lambda: f.readline(MAX_ENTRY + 1), b""), start=1):
+            if len(line) > MAX_ENTRY:
+                raise RecordError(f"{path}: entry {number} (byte {good}) is longer than {MAX_ENTRY >> 20} MB, "
+                                  "which no study writes, so the study cannot be replayed; restore the file "
+                                  "from a copy, or run the sweep again with another --out")
             try:
                 json.loads(line)
                 whole = line.endswith(b"\n")
