@@ -76,7 +76,7 @@ def front_records(digests: list[dict], objectives) -> list:
             continue
         for p in d["points"]:
             values = p["values"]
-            if all(n in values and values[n] is not None and math.isfinite(values[n]) for n in names):
+            if all(name in values and values[name] is not None and math.isfinite(values[name]) for name in names):
                 rows, s = _replicates(d, p["k"], names, measured, values)
                 owners.append(n)
                 reps.append(rows)
