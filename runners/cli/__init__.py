@@ -80,7 +80,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _entry() -> None:
-    sys.exit(main())
+    rc = main()
+    # The process ends here: no cyclic collection over what it is about to free anyway (after a
+    # report of 10,000 candidates, 0.6 s of the interpreter's shutdown; runners.nogc).
+    import gc
+    gc.disable()
+    sys.exit(rc)
 
 
 __all__ = ["app", "main"]

@@ -51,10 +51,17 @@ def report_cmd(experiment: ExpArg, seq_len: SeqLenOpt = None) -> None:
 
     Example: loopnas report runs/quickstart
     """
-    from runners.report import write_report  # plotly and matplotlib only here
-
     if seq_len is not None and seq_len < 1:
         raise UsageError(f"--seq-len must be a positive integer (got {seq_len})")
+    from runners.nogc import paused_gc
+
+    with paused_gc():  # imports, records and figures included: the collector's passes cost seconds at scale
+        _report(experiment, seq_len)
+
+
+def _report(experiment: Path, seq_len: int | None) -> None:
+    from runners.report import write_report  # plotly and matplotlib only here
+
     try:
         report = write_report(experiment, seq_len=seq_len)
     except FileNotFoundError as exc:  # no experiment there (a damaged record is a RecordError)

@@ -11,6 +11,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from runners.nogc import paused_gc
+
 from . import app
 from .common import JsonOpt, UsageError, console, console_err
 
@@ -108,6 +110,7 @@ def _oneshot_check(exp_dir: Path) -> dict | None:
     return read_check(exp_dir)
 
 
+@paused_gc()  # millions of acyclic JSON objects: the cyclic collector's passes cost a third (runners.nogc)
 def status_data(exp_dir: Path) -> dict:
     from runners.sweep.front import front, noise_sentence, quality_name
     from runners.sweep.records import read_experiment, read_index, study_storage
@@ -206,11 +209,12 @@ def status_cmd(
     Example: loopnas status runs/quickstart --json
     """
     try:
-        data = status_data(exp_dir) if as_json else None
-        if as_json:
-            warn_unreadable(data)
-            typer.echo(json.dumps(finite(data), indent=2, allow_nan=False))
-        else:
-            print_status(exp_dir)
+        with paused_gc():  # the digests stay alive to the end: no collector passes over them (runners.nogc)
+            data = status_data(exp_dir) if as_json else None
+            if as_json:
+                warn_unreadable(data)
+                typer.echo(json.dumps(finite(data), indent=2, allow_nan=False))
+            else:
+                print_status(exp_dir)
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise UsageError(str(exc)) from None

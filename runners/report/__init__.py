@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runners.checkpoint import atomic, own_dir
+from runners.nogc import paused_gc
 from runners.sweep.records import write_text
 
 from .axes import axes, serving_axes
@@ -151,6 +152,7 @@ def _empty(exp: Experiment) -> str:
             f"trial completes. Run <code>loopnas report</code> again to refresh.</p>")
 
 
+@paused_gc()  # 10,000 records' digests and figures: the cyclic collector's passes cost 3 s (runners.nogc)
 def write_report(exp_dir: str | Path, seq_len: int | None = None) -> Report:
     """Write ``EXP/report/``: ``index.html``, the PNGs and ``front.csv``."""
     exp = load(exp_dir, seq_len)
