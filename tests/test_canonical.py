@@ -207,7 +207,7 @@ loop: {boundary: block, T: 3, topk: [16, 8, 4]}
 # search (sweeps, one-shot, calibration: they train through the proxy), what reads results,
 # what inspects a run, and the CLI above all of them.
 ROOMS = {
-    "proxy": ("runners.train", "runners.tasks", "runners.elastic", "runners.checkpoint", "runners.weights"),
+    "proxy": ("runners.train", "runners.tasks", "runners.elastic", "runners.checkpoint", "runners.weights", "runners.nogc"),
     "measure": ("runners.bench",),
     "search": ("runners.sweep", "runners.oneshot", "runners.calibrate", "runners.transfer", "runners.track"),
     "results": ("runners.report", "runners.export"),
