@@ -114,7 +114,7 @@ def quality(lr: float, arch: dict | None = None) -> float:
 def fake_train(job, report, start, device):
     """``runners.sweep.trial._train`` without training: RUNGS rungs through the real report
     path, then a complete outcome."""
-    from runners.sweep.records import Rung
+    from runners.results.records import Rung
 
     steps = int(job.config.get("steps") or 400)
     every = max(1, steps // RUNGS) if RUNGS else steps
@@ -215,7 +215,7 @@ def run_loopnas(engine: str, trials: int, sampler: str, storage: str | None, wor
     from nas.space import load_space
     from runners.sweep import driver, local, run
     from runners.sweep import trial as trial_mod
-    from runners.sweep.records import read_trials
+    from runners.results.records import read_trials
 
     timer = Timer()
     finished: list[float] = []

@@ -44,7 +44,7 @@ def per_message(records: list, objectives, messages: int) -> float:
 
 def old_line(records: list, objectives) -> float:
     """Seconds for one message of the old line: front() with its bootstrap over every record."""
-    from runners.sweep.front import front
+    from runners.results.front import front
 
     front(records[:10], objectives)  # imports (scipy) paid before the clock starts
     t = time.perf_counter()
@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--source", type=Path, default=CALIBRATED if CALIBRATED.is_dir() else None)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.records import read_experiment, read_trials
 
     lines = ["| candidates × 5 seeds | progress line µs / message | one front() with the bootstrap, s (what the old line ran per message) |",
              "|---:|---:|---:|"]

@@ -125,7 +125,7 @@ def optuna_baseline(exp_dir: Path, out: Path) -> float:
     import optuna
     from optuna.distributions import FloatDistribution
 
-    from runners.sweep.records import read_experiment, read_index
+    from runners.results.records import read_experiment, read_index
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     exp = read_experiment(exp_dir)

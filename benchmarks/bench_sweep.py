@@ -89,7 +89,7 @@ def calibrate(steps_probe: int) -> float:
 
 
 def overhead(backend: str, trials: int, steps: int, concurrency: int, work: Path) -> dict:
-    from runners.sweep.records import read_trials
+    from runners.results.records import read_trials
     from runners.sweep.run import run_sweep
 
     data = {
@@ -187,8 +187,8 @@ def _compute(records, seq_len: int, total_steps: int) -> tuple[float, dict[str, 
 
 
 def early_stopping(full_space, es_space, rungs: list[int], total: int, backend: str, work: Path) -> dict:
-    from runners.sweep.front import front
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.front import front
+    from runners.results.records import read_experiment, read_trials
     from runners.sweep.run import run_sweep
 
     out = {}
@@ -257,8 +257,8 @@ def replay(exp_dir: Path, rungs: list[int], total: int, margins: list[float], mi
     margins (no training: the rule sees the qualities it would have seen, trials arriving in
     trial order, each judged against the earlier ones still running at that rung). An
     estimate of the margin's effect; the live ES run is the measurement."""
-    from runners.sweep.front import front
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.front import front
+    from runners.results.records import read_experiment, read_trials
     from runners.sweep.stopping import ParetoHalving
 
     from nas.space import cost_value
@@ -297,7 +297,7 @@ def replay(exp_dir: Path, rungs: list[int], total: int, margins: list[float], mi
 
 
 def rank_agreement(exp_dir: Path, es_rungs: list[int], total: int) -> list[dict]:
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.records import read_experiment, read_trials
 
     measured = next(o.name for o in read_experiment(exp_dir).objectives if o.measured)
     done = [r for r in read_trials(exp_dir) if r.status == "complete" and measured in r.values]

@@ -103,7 +103,7 @@ def space_file(steps: int | None, seeds: int | None, work: Path) -> Path:
 
 def replicates(exp: Path) -> dict[str, dict]:
     """Each trained replicate by its job directory: started, finished, the trainer's result."""
-    from runners.sweep.records import read_trials
+    from runners.results.records import read_trials
 
     out = {}
     for record in read_trials(exp):

@@ -94,7 +94,7 @@ EOF
   cat > "$WORK/gpu_sweep.py" <<'EOF'
 import json, sys, time
 from runners.cli.status import status_data
-from runners.sweep.records import read_trials
+from runners.results.records import read_trials
 from runners.sweep.run import run_sweep
 
 def main() -> int:

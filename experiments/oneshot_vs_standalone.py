@@ -76,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nas.noise import kendall_tau  # noqa: E402
 from nas.spec import ArchSpec  # noqa: E402
-from runners.sweep.records import read_trials  # noqa: E402
+from runners.results.records import read_trials  # noqa: E402
 from runners.sweep.run import run_sweep  # noqa: E402
 from runners.train import TrainConfig, train  # noqa: E402
 

@@ -451,7 +451,7 @@ def run_calibration(space: Space, out: Path, seeds: int = 3, budgets: tuple[floa
 def analyse(space: Space, dirs: list[Path], budgets: tuple[float, ...], seeds: int, kind: str,
             planned: int) -> Calibration:
     """Read each budget's records once and analyse their raw values (:func:`analyse_raw`)."""
-    from runners.sweep.records import read_trials
+    from runners.results.records import read_trials
 
     quality = next(o for o in space.spec.objectives if o.quality)
     raw = [v for b, d in zip(budgets, dirs) for v in raw_values(read_trials(d), quality.name, b)]
@@ -514,7 +514,7 @@ def analyse_raw(space: Space, raw: list[RawValue], budgets: tuple[float, ...], s
 
 def write(cal: Calibration, out: Path) -> list[Path]:
     """``calibration.json``, ``calibration.md`` and ``calibration.png`` in ``out``."""
-    from runners.sweep.records import write_json, write_text
+    from runners.results.records import write_json, write_text
 
     paths = [out / "calibration.json", out / "calibration.md", out / "calibration.png"]
     write_json(paths[0], cal)
@@ -662,7 +662,7 @@ def find(exp_dir: Path, space: dict[str, Any] | None = None) -> Calibration | No
     with no budget or an empty cell, is one warning and None."""
     import logging
 
-    from runners.sweep.records import MAX_EXPERIMENT, read_optional
+    from runners.results.records import MAX_EXPERIMENT, read_optional
 
     path = Path(exp_dir) / CALIBRATION / "calibration.json"
     cal = read_optional(path, Calibration, MAX_EXPERIMENT)

@@ -150,8 +150,8 @@ def test_sweep_measures_serving_objectives_per_trial(tmp_path, one_thread):
     from nas.spec import ArchSpec
     from runners.export.pick import choose
     from runners.report.data import load
-    from runners.sweep.front import front
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.front import front
+    from runners.results.records import read_experiment, read_trials
     from runners.sweep.run import run_sweep
 
     space = tmp_path / "serving.yaml"
@@ -194,7 +194,7 @@ def test_sweep_measures_serving_objectives_per_trial(tmp_path, one_thread):
 
 
 def test_experiments_written_before_serving_objectives_still_load():
-    from runners.sweep.records import Objective
+    from runners.results.records import Objective
 
     old = Objective.model_validate_json('{"name": "acc", "direction": "maximize", "measured": true}')
     cost = Objective.model_validate_json('{"name": "kv_bytes@4096", "direction": "minimize", "measured": false}')
@@ -234,7 +234,7 @@ def test_a_model_whose_backend_cannot_decode_is_served_by_its_torch_twin(one_thr
 
 
 def test_an_elastic_trial_measures_serving_at_each_loop_count(tmp_path, one_thread):
-    from runners.sweep.records import read_trials
+    from runners.results.records import read_trials
     from runners.sweep.run import run_sweep
 
     space = tmp_path / "elastic.yaml"

@@ -204,11 +204,13 @@ loop: {boundary: block, T: 3, topk: [16, 8, 4]}
 
 
 # runners' rooms (issue 22): the proxy (a run of one model), what measures a model, the
-# search (sweeps, one-shot, calibration: they train through the proxy), what reads results,
+# search (sweeps, one-shot, calibration: they train through the proxy), the experiment as
+# recorded and read (records, statuses, the front: issue #33), what reads results,
 # what inspects a run, and the CLI above all of them.
 ROOMS = {
     "proxy": ("runners.train", "runners.tasks", "runners.elastic", "runners.checkpoint", "runners.weights", "runners.nogc"),
     "measure": ("runners.bench",),
+    "experiment": ("runners.results",),
     "search": ("runners.sweep", "runners.oneshot", "runners.calibrate", "runners.transfer", "runners.track"),
     "results": ("runners.report", "runners.export"),
     "inspect": ("runners.diagnose", "runners.render"),

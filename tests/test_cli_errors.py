@@ -12,7 +12,7 @@ from runners.oneshot.supernet import OneShotError
 from runners.sweep.devices import PoolError
 from runners.sweep.driver import SweepError
 from runners.sweep.lock import LockError
-from runners.sweep.records import RecordError
+from runners.results.records import RecordError
 
 
 @pytest.mark.parametrize("error", [SpecError, UsageError, SweepError, LockError, RecordError, CheckpointError,

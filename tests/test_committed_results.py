@@ -60,15 +60,15 @@ def test_the_readme_quickstart_table_is_the_committed_calibration():
 
 def test_the_readme_front_is_the_quickstarts_candidates_recomputed():
     """The README's printed front (means ± s.e., p_front, ≈ and the noise sentence) is what
-    runners.sweep.front gives on the committed per-seed values of the same candidates (the
+    runners.results.front gives on the committed per-seed values of the same candidates (the
     quickstart sweep trains exactly the calibration's grid with the same seeds)."""
     import optuna
 
     from nas.cost import projection_flops
     from nas.space import _label, load_space
     from runners.calibrate import Calibration
-    from runners.sweep.front import front, noise_sentence
-    from runners.sweep.records import Objective, Point, Replicate, TrialRecord
+    from runners.results.front import front, noise_sentence
+    from runners.results.records import Objective, Point, Replicate, TrialRecord
 
     cal = Calibration.model_validate_json((ROOT / "experiments/results/calibration_quickstart.json").read_text())
     space = load_space(ROOT / cal.source)

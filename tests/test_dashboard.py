@@ -11,8 +11,8 @@ from wsgiref.util import setup_testing_defaults
 import pytest
 
 from nas.space import load_space
-from runners.sweep.front import front
-from runners.sweep.records import read_experiment, read_trials
+from runners.results.front import front
+from runners.results.records import read_experiment, read_trials
 from runners.sweep.run import run_sweep
 
 optuna_dashboard = pytest.importorskip(

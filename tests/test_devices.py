@@ -20,7 +20,7 @@ from nas.space import ResourcesSpec, load_space
 from runners.cli.status import status_data
 from runners.sweep.devices import DevicePool, PoolError, packing, parse_visible, ray_resources, visible
 from runners.sweep.driver import Sweep
-from runners.sweep.records import read_trials
+from runners.results.records import read_trials
 from runners.sweep.run import run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,7 +29,7 @@ from nas.space import load_space
 from runners.cli import main
 from runners.sweep.driver import Sweep, SweepError
 from runners.sweep.lock import LOCK, LockError, acquire
-from runners.sweep.records import (
+from runners.results.records import (
     ExperimentRecord, Objective, Point, Rung, TrialRecord, read_trials, repair_journal, write_json,
 )
 from spaces import arch_path
@@ -279,7 +279,7 @@ def _fsize(limit: int):
 def test_a_failed_record_write_leaves_the_old_record_and_no_temporary_file(tmp_path):
     path = tmp_path / "t0000.json"
     write_json(path, {"old": True})
-    code = (f"from runners.sweep.records import write_json; from pathlib import Path; "
+    code = (f"from runners.results.records import write_json; from pathlib import Path; "
             f"write_json(Path({str(path)!r}), {{'big': 'x' * 100000}})")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          preexec_fn=_fsize(4096), timeout=120)

@@ -17,7 +17,7 @@ from nas.spec import ArchSpec
 from runners.cli import main
 from runners.export import ExportError, choose, export_spec, export_trial
 from runners.export.vendor import closure, repo_root
-from runners.sweep.records import (
+from runners.results.records import (
     ExperimentRecord, Objective, Point, TrialRecord, trial_path, write_json,
 )
 from runners.train import TrainConfig, train

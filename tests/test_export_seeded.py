@@ -1,6 +1,6 @@
 """``loopnas export --with-weights`` after a seeded sweep (issue #33): each replicate's
 checkpoint lives in ``trials/<id>/s<i>/``, found by the one locator the driver writes by
-(:func:`runners.sweep.records.checkpoint_of`); the export takes the replicate nearest the
+(:func:`runners.results.records.checkpoint_of`); the export takes the replicate nearest the
 candidate's mean, or the one ``--replicate`` names, and says which and why."""
 import json
 import textwrap
@@ -16,7 +16,7 @@ from nas.spec import ArchSpec
 from runners.cli import main
 from runners.export.weights import nearest
 from runners.sweep.driver import Sweep
-from runners.sweep.records import (
+from runners.results.records import (
     Objective, Point, RecordError, Replicate, TrialRecord, checkpoint_of, read_experiment, read_trials, run_dir,
 )
 from runners.sweep.run import run_sweep

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from nas.noise import compare
-from runners.sweep.front import front, noise_sentence
-from runners.sweep.records import Objective, Point, Replicate, TrialRecord
+from runners.results.front import front, noise_sentence
+from runners.results.records import Objective, Point, Replicate, TrialRecord
 
 OBJ = [Objective(name="acc", direction="maximize", measured=True),
        Objective(name="projection_flops", direction="minimize", measured=False)]

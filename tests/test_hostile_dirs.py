@@ -22,7 +22,7 @@ import pytest
 from test_experiment_robustness import fabricated
 
 from runners.checkpoint import atomic, own_dir, save_figure, write_text
-from runners.sweep.records import (
+from runners.results.records import (
     MAX_EXPERIMENT, MAX_RECORD, ExperimentRecord, Skipped, read_bounded, read_optional, read_trials,
 )
 

@@ -454,7 +454,7 @@ def markup_experiment(root: Path) -> Path:
     from nas.cost import cost
     from nas.graph import summary
     from nas.load import load_arch
-    from runners.sweep.records import ExperimentRecord, Objective, Point, TrialRecord, write_json
+    from runners.results.records import ExperimentRecord, Objective, Point, TrialRecord, write_json
 
     objectives = [Objective(name="acc", direction="maximize", measured=True),
                   Objective(name="projection_flops", direction="minimize", measured=False)]

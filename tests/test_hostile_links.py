@@ -25,7 +25,7 @@ from test_hostile_round2 import tree, yaml_space
 from nas.space import load_space
 from runners.sweep.driver import APPENDED, Sweep, SweepError
 from runners.sweep.lock import LOCK
-from runners.sweep.records import JOURNAL, MAX_RECORD, RecordError, TRIALS
+from runners.results.records import JOURNAL, MAX_RECORD, RecordError, TRIALS
 
 
 def planted(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -193,6 +193,6 @@ def test_an_index_larger_than_the_records_it_digests_is_not_read(tmp_path, name)
     assert rc == 0 and json.loads(out) == good, err
     if name == "index.json":  # status reads (and so rewrites) the brief index only
         assert (exp / name).stat().st_size < 1 << 20
-    from runners.sweep.records import read_index
+    from runners.results.records import read_index
     assert len(read_index(exp, more=True)) == 3  # the report's reader: capped too, read again
     assert (exp / name).stat().st_size < 1 << 20  # and rewritten from the records

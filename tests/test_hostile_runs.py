@@ -32,7 +32,7 @@ from runners.checkpoint import (
     run_folder,
 )
 from runners.sweep.driver import Sweep, SweepError
-from runners.sweep.records import JOURNAL, MAX_ENTRY, TRIALS, RecordError, read_trials, repair_journal
+from runners.results.records import JOURNAL, MAX_ENTRY, TRIALS, RecordError, read_trials, repair_journal
 from spaces import arch_path
 
 

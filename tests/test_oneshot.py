@@ -22,7 +22,7 @@ from nas.space import load_space
 from runners.oneshot.search import extract
 from runners.oneshot.supernet import load_supernet, supernet_config
 from runners.weights import inherit, load_source
-from runners.sweep.records import read_trials
+from runners.results.records import read_trials
 from runners.tasks import make_task
 from runners.train import CHECKPOINT, eval_batches, evaluate, train, with_vocab
 

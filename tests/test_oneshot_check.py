@@ -145,7 +145,7 @@ def test_a_bad_check_names_its_field(tmp_path, check, field):
 
 def test_a_skipped_check_says_so_without_training(tmp_path):
     from runners.oneshot.check import run_check
-    from runners.sweep.records import Objective
+    from runners.results.records import Objective
 
     objectives = [Objective(name="eval_loss", direction="minimize", measured=True)]
     (tmp_path / "oneshot.json").write_text(json.dumps({"search": {"budget_spent": True}}))
@@ -160,7 +160,7 @@ def test_a_skipped_check_says_so_without_training(tmp_path):
 
 def test_measure_pairs_trials_by_spec_hash_and_names_what_it_left_out():
     from runners.oneshot.check import measure
-    from runners.sweep.records import Objective, Point, Replicate, TrialRecord
+    from runners.results.records import Objective, Point, Replicate, TrialRecord
 
     def record(rid, h, value, runs=()):
         reps = [Replicate(index=i, seed=i, status="complete", points=[Point(k=None, values={"eval_loss": v})])
@@ -187,7 +187,7 @@ def test_a_oneshot_sweep_checks_itself_with_ordinary_stand_alone_trials(tmp_path
     from runners.cli.status import status_data
     from runners.oneshot.check import ranking
     from runners.report import write_report
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.records import read_experiment, read_trials
     from runners.sweep.run import run_sweep
 
     path = space_file(tmp_path, "loops: [1, 2]\nsearch: {strategy: beam, width: 1, depth: 1}\ncheck: {n: 3, seeds: 2}\n")
@@ -234,7 +234,7 @@ def test_a_oneshot_sweep_checks_itself_with_ordinary_stand_alone_trials(tmp_path
 def test_the_check_trains_on_ray_when_the_sweep_does(tmp_path, one_thread, monkeypatch):
     pytest.importorskip("ray.tune")
     from runners.cli.status import status_data
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.records import read_experiment, read_trials
     from runners.sweep.run import run_sweep
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")

@@ -19,7 +19,7 @@ from runners.oneshot import remedies
 from runners.oneshot.remedies import LoopGates, distill_loss, finetune, finetune_config, finetune_steps, train_remedied
 from runners.oneshot.search import Scorer, extract
 from runners.oneshot.supernet import supernet_config
-from runners.sweep.records import read_trials
+from runners.results.records import read_trials
 from runners.tasks import make_task
 from runners.train import eval_batches, evaluate
 from runners.weights import load_source

@@ -12,8 +12,8 @@ import pytest
 from nas.space import load_space
 from runners.cli.status import status_data
 from runners.sweep.driver import Sweep
-from runners.sweep.front import front
-from runners.sweep.records import read_experiment, read_trials
+from runners.results.front import front
+from runners.results.records import read_experiment, read_trials
 from runners.sweep.run import run_sweep
 
 PROXY = "{task: s5, task_params: {seq_len: 4, degree: 2}, steps: 4, batch_size: 4, eval_every: 2, seeds: 3}"
@@ -67,7 +67,7 @@ def test_a_failed_replicate_fails_its_candidate_with_its_reason(tmp_path):
     sweep.finish(jobs[1].id, outcome(None, "failed", "loss is NaN at step 3"))
     # the third replicate is not started; the first still runs and is told to stop
     assert all(j.trial != jobs[0].trial for j in sweep.queue)
-    assert sweep.on_rung(jobs[0].id, __import__("runners.sweep.records", fromlist=["Rung"]).Rung(step=2)) is False
+    assert sweep.on_rung(jobs[0].id, __import__("runners.results.records", fromlist=["Rung"]).Rung(step=2)) is False
     sweep.finish(jobs[0].id, outcome(None, "pruned", "stopped early at step 2"))
     record = sweep.records[jobs[0].trial]
     assert record.status == "failed" and record.reason == "replicate 1 (seed 1): loss is NaN at step 3"
@@ -78,7 +78,7 @@ def test_resume_reruns_only_unfinished_replicates(tmp_path):
     exp = tmp_path / "exp"
     sweep = Sweep(space(tmp_path), exp, "optuna")
     jobs = [sweep.next_job() for _ in range(3)]
-    from runners.sweep.records import Rung
+    from runners.results.records import Rung
     sweep.on_rung(jobs[2].id, Rung(step=2, quality=0.4))
     sweep.finish(jobs[0].id, outcome(0.5))
     sweep.finish(jobs[1].id, outcome(0.6))

@@ -20,7 +20,7 @@ from nas.pareto import knee_point, pareto_front
 from runners.cli import main
 from runners.report import front_2d, write_report
 from runners.report.data import kendall_tau, load
-from runners.sweep.records import ExperimentRecord, Objective, Point, Rung, TrialRecord, write_json
+from runners.results.records import ExperimentRecord, Objective, Point, Rung, TrialRecord, write_json
 
 SEQ_LEN = 2048
 OBJECTIVES = [Objective(name="acc", direction="maximize", measured=True),
@@ -110,7 +110,7 @@ def standard_trials() -> list[TrialRecord]:
 
 def make_experiment(root: Path, trials: list[TrialRecord], name="fabricated", total=None,
                     objectives=OBJECTIVES) -> Path:
-    """An experiment directory as `runners/sweep/records.py` lays it out."""
+    """An experiment directory as `runners/results/records.py` lays it out."""
     (root / "trials").mkdir(parents=True, exist_ok=True)
     write_json(root / "experiment.json", ExperimentRecord(
         name=name, space={"name": name}, objectives=objectives, backend="optuna",
@@ -489,7 +489,7 @@ def test_a_serving_objective_with_a_batch_keeps_its_unit():
     from types import SimpleNamespace
 
     from runners.report.axes import serving_axes
-    from runners.sweep.records import Objective
+    from runners.results.records import Objective
 
     objectives = [Objective(name=n, direction="minimize", measured=True, serving=True)
                   for n in ("cache_bytes/b4", "cache_bytes@4096/b4", "peak_memory_bytes@512")]

@@ -1,6 +1,6 @@
 """Sweeps of 10,000 candidates (issue #32): p_front resamples only the candidates that can
 reach the front and equals today's bootstrap; status on a fabricated 10,000-candidate
-experiment equals the small-sweep logic (runners.sweep.front.front) on the same records;
+experiment equals the small-sweep logic (runners.results.front.front) on the same records;
 the sweep's progress line never runs the bootstrap."""
 import importlib.util
 import json
@@ -82,9 +82,9 @@ def test_pruned_candidates_are_zero_and_the_rest_are_resampled():
 
 
 def test_the_progress_line_counts_and_ranks_means_without_the_bootstrap(tmp_path, monkeypatch):
-    import runners.sweep.front as front_module
+    import runners.results.front as front_module
     from runners.sweep.driver import Sweep
-    from runners.sweep.front import front
+    from runners.results.front import front
     from runners.sweep.run import _Line
     from test_replicates import outcome, space
 
@@ -115,7 +115,7 @@ def _bench():
 
 def _source(root: Path) -> Path:
     """Three small complete records of two objectives and 5 seeds, as a sweep writes them."""
-    from runners.sweep.records import ExperimentRecord, Objective, Point, Replicate, TrialRecord, write_json
+    from runners.results.records import ExperimentRecord, Objective, Point, Replicate, TrialRecord, write_json
 
     objectives = [Objective(name="acc", direction="maximize", measured=True),
                   Objective(name="projection_flops", direction="minimize", measured=False)]
@@ -138,8 +138,8 @@ def _source(root: Path) -> Path:
 
 def test_status_of_10000_candidates_equals_the_small_sweep_front(tmp_path):
     from runners.cli.status import status_data
-    from runners.sweep.front import front
-    from runners.sweep.records import INDEX, read_experiment, read_trials
+    from runners.results.front import front
+    from runners.results.records import INDEX, read_experiment, read_trials
 
     exp_dir = _bench().fabricate(_source(tmp_path / "src"), tmp_path / "exp", 10_000)
     data = status_data(exp_dir)
@@ -214,7 +214,7 @@ def test_status_and_report_pause_the_cyclic_collector_and_restore_it(tmp_path, m
     import gc
 
     import runners.report.data as report_data
-    import runners.sweep.records as records
+    import runners.results.records as records
     from runners.cli.status import status_data
     from runners.nogc import paused_gc
     from runners.report import write_report

@@ -15,8 +15,8 @@ from optuna.storages.journal import JournalFileBackend
 
 from nas.space import load_space
 from runners.cli.status import status_data
-from runners.sweep.front import front
-from runners.sweep.records import read_experiment, read_trials
+from runners.results.front import front
+from runners.results.records import read_experiment, read_trials
 from runners.sweep.run import run_sweep
 from runners.sweep.stopping import ParetoHalving
 

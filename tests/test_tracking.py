@@ -22,8 +22,8 @@ import pytest
 
 from nas.space import load_space
 from runners.sweep.driver import Sweep
-from runners.sweep.front import front
-from runners.sweep.records import Rung, read_experiment, read_trials
+from runners.results.front import front
+from runners.results.records import Rung, read_experiment, read_trials
 from runners.sweep.run import run_sweep
 
 pytest.importorskip("tensorboard", reason="tensorboard is in the test extra: pip install -e '.[test]'")

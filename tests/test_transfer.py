@@ -95,7 +95,7 @@ def test_a_reversed_pair_is_reported_as_a_flip(tmp_path):
     big = t.scales[1]
     assert big.pairs.flipped == 1 and big.pairs.kept == 14 and big.pairs.within_noise == 0
     [flip] = [d for d in big.pairs.detail if d.outcome == "flipped"]
-    from runners.sweep.records import read_trials
+    from runners.results.records import read_trials
     ffn = {r.id: r.params["ffn"] for r in read_trials(exp)}
     assert {ffn[flip.a], ffn[flip.b]} == {96, 112}
     assert flip.base_diff * flip.diff < 0 and flip.p < 0.05 and flip.base_p < 0.05
@@ -128,7 +128,7 @@ def test_classify_uses_the_sign_and_the_pair_test():
 
 def test_choice_takes_the_front_and_its_best_rivals(tmp_path):
     exp = base_sweep(tmp_path, planted(BASE))
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.records import read_experiment, read_trials
     records, objectives = read_trials(exp), read_experiment(exp).objectives
     # more FFN costs more compute and scores more here: all six are on the front
     assert len(choose(records, objectives, "front")) == 6
@@ -144,7 +144,7 @@ def test_choice_takes_the_front_and_its_best_rivals(tmp_path):
 def test_a_dominated_rival_fills_the_front(tmp_path):
     """Only the widest FFN scores: the front is it and the cheapest; rivals come by rank then quality."""
     exp = base_sweep(tmp_path, planted({32: 0.4, 48: 0.3, 64: 0.35, 80: 0.2, 96: 0.25, 112: 0.7}))
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.records import read_experiment, read_trials
     records, objectives = read_trials(exp), read_experiment(exp).objectives
     ffn = {r.id: r.params["ffn"] for r in records}
     picked = [ffn[c.trial] for c in choose(records, objectives, "front:4")]
@@ -355,7 +355,7 @@ def test_a_transfer_trains_its_scales_on_ray(tmp_path, one_thread, monkeypatch):
     """The same tiny transfer with ``engine="ray"``: each scale is a Ray Tune experiment
     (a local instance), resumable like the optuna engine's, and analysed the same way."""
     pytest.importorskip("ray.tune")
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.records import read_experiment, read_trials
     from runners.sweep.run import run_sweep
     from runners.transfer import run_transfer
 

@@ -65,7 +65,7 @@ CkptOpt = Annotated[Path | None, typer.Option(
 def _warn_unreadable(exp_dir: Path) -> None:
     """One warning line per trial record the export skips (runners.export.pick.read); none
     when the experiment itself is unreadable (the export's error says so)."""
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.records import read_experiment, read_trials
 
     try:
         read_experiment(exp_dir)

@@ -12,11 +12,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from runners.nogc import paused_gc
+from runners.results.status import FAILURES, SHOWN
 
 from . import app
 from .common import JsonOpt, UsageError, console, console_err
 
-STATUSES = ("complete", "running", "pruned", "failed", "timeout", "oom", "infeasible", "duplicate")
 
 
 def _fmt(x: float, se: float | None = None) -> str:
@@ -30,7 +30,7 @@ def _se(point, objectives) -> dict[str, float | None]:
 
 def per_device(records) -> dict[str, int]:
     """Trials per device they ran on (``node/device`` when they ran on several nodes);
-    ``records``: trial records or their digests (``runners.sweep.records.read_index``)."""
+    ``records``: trial records or their digests (``runners.results.records.read_index``)."""
     records = [r if isinstance(r, dict) else {"node": r.node, "devices": r.devices} for r in records]
     nodes = {r["node"] for r in records if r["devices"]}
     out: dict[str, int] = {}
@@ -66,9 +66,9 @@ def _replicates(d: dict, k, names: list[str], measured: list[tuple[int, str]],
 def front_records(digests: list[dict], objectives) -> list:
     """The trial records (from their digests) whose points can reach the front: the others
     are dominated in every draw of the p_front bootstrap (``nas.noise.front_candidates``),
-    so ``runners.sweep.front.front`` of these is the front of all, with the same p_front."""
+    so ``runners.results.front.front`` of these is the front of all, with the same p_front."""
     from nas.noise import front_candidates
-    from runners.sweep.records import undigest
+    from runners.results.records import undigest
 
     names = [o.name for o in objectives]
     measured = [(i, o.name) for i, o in enumerate(objectives) if o.measured]
@@ -112,13 +112,13 @@ def _oneshot_check(exp_dir: Path) -> dict | None:
 
 @paused_gc()  # millions of acyclic JSON objects: the cyclic collector's passes cost a third (runners.nogc)
 def status_data(exp_dir: Path) -> dict:
-    from runners.sweep.front import front, noise_sentence, quality_name
-    from runners.sweep.records import read_experiment, read_index, study_storage
+    from runners.results.front import front, noise_sentence, quality_name
+    from runners.results.records import read_experiment, read_index, study_storage
 
     exp = read_experiment(exp_dir)
     unreadable: list = []
     digests = read_index(exp_dir, problems=unreadable)  # incremental: only changed records are read
-    counts = {s: sum(d["status"] == s for d in digests) for s in STATUSES}
+    counts = {s: sum(d["status"] == s for d in digests) for s in SHOWN}
     points = front(front_records(digests, exp.objectives), exp.objectives)
     elastic = sum(1 for d in digests if d["status"] == "complete" and len(d["points"]) > 1)
     url = (exp.space.get("search") or {}).get("storage")
@@ -133,7 +133,7 @@ def status_data(exp_dir: Path) -> dict:
                        "n": p.n, "p_front": p.p_front, "tied": p.tied, "summary": p.summary}
                       for p in points],
             "failures": [{"trial": d["id"], "status": d["status"], "reason": d["reason"]} for d in digests
-                         if d["status"] in ("failed", "timeout", "oom")],
+                         if d["status"] in FAILURES],
             "oneshot_check": _oneshot_check(exp_dir)}  # a one-shot sweep's self-check, else None
 
 
@@ -158,7 +158,7 @@ def warn_unreadable(data: dict) -> None:
 def print_status(exp_dir: Path) -> None:
     data = status_data(exp_dir)
     warn_unreadable(data)
-    counts = " · ".join(f"{data[s]} {s}" for s in STATUSES if data[s])
+    counts = " · ".join(f"{data[s]} {s}" for s in SHOWN if data[s])
     console.print(f"[bold]{escape(data['experiment'])}[/bold] ({escape(data['backend'])}, {data['requested']} "
                   "trials requested): "
                   f"{counts or 'no trials yet'}"

@@ -27,12 +27,13 @@ def all_failed(exp: Path) -> str | None:
     candidate was not a valid spec, as a Python space's broken sample() makes every one):
     one line with the counts and the first reason. None: something completed, or every
     candidate only broke a constraint (a verdict on the space, not a failure)."""
-    from runners.sweep.records import read_trials
+    from runners.results.records import read_trials
+    from runners.results.status import FAILURES
 
     records = read_trials(exp, problems=[])
     if any(r.status == "complete" for r in records):
         return None
-    bad = [r for r in records if r.status in ("failed", "timeout", "oom")
+    bad = [r for r in records if r.status in FAILURES
            or r.status == "infeasible" and (r.reason or "").startswith("invalid spec")]
     if not bad:
         return None

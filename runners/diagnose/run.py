@@ -11,7 +11,7 @@ import torch
 from nas.plan import max_loops
 from nas.spec import ArchSpec
 from runners.checkpoint import CHECKPOINT, RESULT, load, write_text
-from runners.sweep.records import read_optional
+from runners.results.records import read_optional
 
 from .measures import Evaluator, interventions, traces, transport, truncation
 

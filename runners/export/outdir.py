@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterator
 
 from runners.checkpoint import write_text
-from runners.sweep.records import read_bounded
+from runners.results.records import read_bounded
 
 from . import vendor
 from .pick import ExportError

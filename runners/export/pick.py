@@ -18,8 +18,8 @@ import numpy as np
 
 from nas.errors import LoopnasError
 from nas.pareto import knee_point
-from runners.sweep.front import cost_objectives, front as pareto_points
-from runners.sweep.records import (
+from runners.results.front import cost_objectives, front as pareto_points
+from runners.results.records import (
     ExperimentRecord, Objective, RecordError, TrialRecord, read_experiment, read_trials,
 )
 
@@ -54,7 +54,7 @@ class Choice:
 
 def read(exp_dir: str | Path, problems: list | None = None) -> tuple[ExperimentRecord, list[TrialRecord]]:
     """The experiment and its readable trials; an unreadable trial record is skipped (and
-    appended to ``problems``, :func:`runners.sweep.records.read_trials`), an unreadable
+    appended to ``problems``, :func:`runners.results.records.read_trials`), an unreadable
     experiment record is an :class:`ExportError`."""
     try:
         return read_experiment(exp_dir), read_trials(exp_dir, problems=[] if problems is None else problems)

@@ -1,7 +1,7 @@
 """Whose weights an export carries, and the check that they are the exported spec's.
 
 A trial of a seeded sweep (``proxy.seeds > 1``) has one checkpoint per replicate
-(:func:`runners.sweep.records.checkpoint_of`); by default the export takes the replicate
+(:func:`runners.results.records.checkpoint_of`); by default the export takes the replicate
 whose quality is nearest the candidate's mean (the value the front and the pick saw), or
 the one ``--replicate`` names. Whatever the source, the checkpoint must hold weights of the
 spec being exported: its own spec (the trainer writes it into the checkpoint) and the
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nas.spec import ArchSpec
 from runners.checkpoint import RESULT
-from runners.sweep.records import (
+from runners.results.records import (
     Objective, RecordError, Replicate, Skipped, TrialRecord, checkpoint_of, read_bounded,
 )
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from nas import oneshot as one
 from nas.space import ParamSpec, Space, SpaceSpec
 from nas.spec import ArchSpec
-from runners.sweep.front import front
-from runners.sweep.records import (
+from runners.results.front import front
+from runners.results.records import (
     EXPERIMENT, MAX_EXPERIMENT, Objective, TrialRecord, read_bounded, read_experiment, read_trials, write_json,
 )
 from runners.transfer.plan import CANDIDATE, Grown, PlannedSpace

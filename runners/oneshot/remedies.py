@@ -245,7 +245,7 @@ def _result(path: Path) -> dict | None:
     warning, when it is not one (torn, oversized, a FIFO or a device): trained again."""
     import logging
 
-    from runners.sweep.records import read_bounded
+    from runners.results.records import read_bounded
 
     try:
         data = json.loads(read_bounded(path))

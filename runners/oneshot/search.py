@@ -33,8 +33,8 @@ from nas.space import Space
 from nas.spec import ArchSpec
 from runners.checkpoint import CHECKPOINT, run_folder, save, write_text
 from runners.sweep.driver import Sweep
-from runners.sweep.front import front
-from runners.sweep.records import TRIALS, write_json
+from runners.results.front import front
+from runners.results.records import TRIALS, write_json
 from runners.tasks import make_task
 from runners.train import eval_batches, evaluate
 

@@ -64,7 +64,7 @@ def eval_task(space: Space, config: TrainConfig):
 def train_supernet(space: Space, out: Path, progress: bool = True) -> TrainResult:
     """Train (or finish training) the supernet in ``out``; a finished one is read back."""
     if (out / RESULT).is_file() and (out / CHECKPOINT).is_file():
-        from runners.sweep.records import read_optional
+        from runners.results.records import read_optional
 
         done = read_optional(out / RESULT, TrainResult)  # bounded; unreadable: one warning, trained on
         if done is not None:

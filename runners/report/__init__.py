@@ -13,7 +13,7 @@ from pathlib import Path
 
 from runners.checkpoint import atomic, own_dir
 from runners.nogc import paused_gc
-from runners.sweep.records import write_text
+from runners.results.records import write_text
 
 from .axes import axes, serving_axes
 from .data import Experiment, front_2d, hypervolume_history, load, rank_agreement

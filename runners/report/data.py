@@ -18,10 +18,10 @@ import numpy as np
 from nas.cost import COST_FIELDS, sheet_value
 from nas.noise import front_candidates, kendall_tau, p_front
 from nas.pareto import hypervolume, knee_point, pareto_front
-from runners.sweep.front import (
+from runners.results.front import (
     FrontPoint, mark_ties, noise_sentence, replicate_rows, replicate_seeds,
 )
-from runners.sweep.records import (
+from runners.results.records import (
     TRIALS, ExperimentRecord, Objective, TrialRecord, Unreadable, arch_problem, read_experiment, read_index,
     read_record, read_trials, trial_path, undigest,
 )
@@ -204,7 +204,7 @@ def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) ->
 def _read_trials(exp_dir: str | Path, full: bool) -> tuple[list[TrialRecord], dict[str, str], list[str]]:
     """Every readable trial record, each canonical spec's problem by trial id, and what was
     unreadable, named, not fatal. ``full``: the records themselves (their specs are
-    repriced); else their digests (``runners.sweep.records.read_index``: incremental, and
+    repriced); else their digests (``runners.results.records.read_index``: incremental, and
     no spec or replicate rungs in memory)."""
     problems: list[Unreadable] = []
     if full:
@@ -224,7 +224,7 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
     another context from its canonical spec; objective values stay as the sweep recorded
     them. By default the sheets are taken as written, at the experiment's context. Past
     :data:`WHOLE` trials (and not repricing) the records are read as their digests
-    (``runners.sweep.records.read_index``): a row's ``trial`` has no spec or replicate
+    (``runners.results.records.read_index``): a row's ``trial`` has no spec or replicate
     rungs, except on the front, whose trials are read whole (diagrams, rung metrics).
     """
     record = read_experiment(exp_dir)
@@ -274,7 +274,7 @@ def _whole(exp: Experiment) -> None:
 
 def _noise(exp: Experiment) -> None:
     """The front, each row's p_front, the front members' ties and the noise sentence
-    (runners.sweep.front). Only the rows that can reach the front are resampled and ranked
+    (runners.results.front). Only the rows that can reach the front are resampled and ranked
     (``nas.noise.front_candidates``); every other row's p_front is 0."""
     reps = [replicate_rows(r.trial, r.k, exp.objectives, r.values) for r in exp.rows]
     seeds = [replicate_seeds(r.trial, r.k) for r in exp.rows]

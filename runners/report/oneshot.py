@@ -12,7 +12,7 @@ SUMMARY = "oneshot.json"
 def read_check(exp_dir: str | Path) -> dict | None:
     """The self-check's result (``tau``, ``tau_ci``, ``p``, ``n``, ``seeds``, ``verdict``, ...),
     or None: not a one-shot sweep, or its check has not run yet."""
-    from runners.sweep.records import MAX_EXPERIMENT, Skipped, read_bounded
+    from runners.results.records import MAX_EXPERIMENT, Skipped, read_bounded
 
     path = Path(exp_dir) / SUMMARY
     try:  # bounded, regular files only: a FIFO or a device there is no check, not a hang

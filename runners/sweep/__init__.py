@@ -1,5 +1,5 @@
 """Search: sweeps over a space on Ray Tune or Optuna, and the experiment directory they write."""
-from .records import (
+from runners.results.records import (
     ExperimentRecord, Objective, Point, Rung, TrialRecord, read_experiment, read_trials, write_json,
 )
 

@@ -21,19 +21,19 @@ from nas.graph import summary
 from nas.noise import mean_se
 from nas.space import Space, changes, cost_value, grid_size, identity, spec_hash, violations
 from runners.checkpoint import LinkError, atomic, run_folder
-from runners.track import Tracking, annotate, mark_front, wanted
-
-from .devices import job_placement
-from .front import front
-from .job import Job, ServingJob
-from .lock import LOCK, LockError, acquire
-from .records import (
+from runners.results.front import front
+from runners.results.records import (
     EXPERIMENT, INDEX, INDEX_MORE, JOURNAL, TRIALS, ExperimentRecord, Objective, Point, Replicate, RecordError,
     Rung, TrialRecord, read_experiment, read_trials, repair_journal, run_dir, study_storage, trial_path, write_json,
 )
+from runners.results.status import FINAL, SHOWN, optuna_state
+from runners.track import Tracking, annotate, mark_front, wanted
+
+from .devices import job_placement
+from .job import Job, ServingJob
+from .lock import LOCK, LockError, acquire
 from .stopping import ParetoHalving
 
-FINAL = ("complete", "pruned", "failed", "timeout", "oom", "duplicate")
 # entries of an experiment directory that are appended to or written inside (not replaced
 # whole by the atomic write): never through a symlink (Sweep._links). The journal, the trial
 # records and runs, the artifact store (runners.track.study.ARTIFACTS), TensorBoard's and
@@ -504,7 +504,7 @@ class Sweep:
         return self.counted() < self.total and self.infeasible_streak < 50 * self.total
 
     def counts(self) -> dict[str, int]:
-        out = {s: 0 for s in ("complete", "running", "pruned", "failed", "timeout", "oom", "infeasible", "duplicate")}
+        out = dict.fromkeys(SHOWN, 0)
         for r in self.records.values():
             if r.status == "running" and r.id not in self.active and not r.duplicate_of:
                 continue  # interrupted, queued again
@@ -757,9 +757,6 @@ class Sweep:
 
     def _settle(self, trial, record: TrialRecord, original: TrialRecord | None) -> None:
         """Write the record and tell the study what became of the trial."""
-        import optuna
-
-        TS = optuna.trial.TrialState
         self._write(record)
         trial.set_user_attr("loopnas", {"id": record.id, "status": record.status,
                                         "duplicate_of": record.duplicate_of})
@@ -776,10 +773,8 @@ class Sweep:
                       o.seq_len or self.space.spec.seq_len, sheets=self._sheets.get(record.id, {}))
                       for o in self.space.spec.objectives}
             self.study.tell(trial, [values[o.name] for o in self.objectives])
-        elif status in ("pruned", "infeasible"):
-            self.study.tell(trial, state=TS.PRUNED)
-        else:
-            self.study.tell(trial, state=TS.FAIL)
+        else:  # a complete trial with no finite point is told as failed
+            self.study.tell(trial, state=optuna_state("failed" if status == "complete" else status))
         self.tracking.on_candidate(record)
 
     def end(self, report: Path | None = None) -> None:

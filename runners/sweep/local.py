@@ -22,10 +22,11 @@ from contextlib import contextmanager
 from multiprocessing.connection import wait
 from typing import Callable
 
+from runners.results.records import Rung
+
 from .devices import CPU, ENV, DevicePool, FallbackNotice, Placement, PoolError
 from .driver import Sweep, SweepError
 from .job import Job
-from .records import Rung
 
 GRACE = 30.0  # seconds past the time limit before a worker is killed
 

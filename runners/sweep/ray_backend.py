@@ -27,10 +27,11 @@ from typing import Callable
 
 from nas.errors import LoopnasError
 
+from runners.results.records import Rung
+
 from .devices import FallbackNotice, ray_resources
 from .driver import Sweep
 from .job import Job
-from .records import Rung
 
 
 TIMEOUT_ENV = "LOOPNAS_RAY_CONNECT_TIMEOUT"

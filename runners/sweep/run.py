@@ -12,12 +12,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from nas.space import Space, load_space
+from runners.results.status import SHOWN
 
 from .driver import Sweep, default_out
 
 BACKENDS = ("optuna", "ray")
 DEFAULT_BACKEND = "optuna"  # one machine: no Ray start-up; see benchmarks/bench_sweep.py
-STATUSES = ("complete", "running", "pruned", "failed", "timeout", "oom", "infeasible", "duplicate")
 
 
 class _Watched(dict):
@@ -40,7 +40,7 @@ class _Line:
     10 candidates as at 10,000."""
 
     def __init__(self, sweep: Sweep):
-        from .front import cost_key
+        from runners.results.front import cost_key
 
         self.sweep = sweep
         sweep.records = self.records = _Watched(sweep.records)
@@ -48,7 +48,7 @@ class _Line:
         self.signs = np.array([1.0 if o.direction == "minimize" else -1.0 for o in sweep.objectives])
         self.key = self.names.index(cost_key(sweep.objectives))
         self.status: dict[str, str] = {}
-        self.tally = dict.fromkeys(STATUSES, 0)  # every status but running
+        self.tally = dict.fromkeys(SHOWN, 0)  # every status but running
         self.running: set[str] = set()
         self.placed: dict[str, list[tuple]] = {}  # record id -> its point keys
         self.points: dict[tuple, np.ndarray] = {}  # (number, point index, id, k) -> minimised values
@@ -70,7 +70,7 @@ class _Line:
         best = sorted(self.front, key=lambda k: (self.front[k][self.key] * self.signs[self.key], k))
         shown = ", ".join(f"{k[2]}{'' if k[3] is None else f'@k={k[3]}'}" for k in best[:6])
         parts = [f"{c['complete']} complete", f"{c['running']} running"]
-        parts += [f"{c[s]} {s}" for s in ("pruned", "failed", "timeout", "infeasible", "duplicate") if c[s]]
+        parts += [f"{c[s]} {s}" for s in SHOWN[2:] if c[s]]
         return " · ".join(parts) + (f" │ front: {shown}" if shown else "")
 
     def _take(self, record) -> bool:

@@ -23,9 +23,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from runners.results.records import Rung
+
 from . import devices
 from .job import Job, ServingJob
-from .records import Rung
 
 TEST_OOM = "LOOPNAS_TEST_OOM"
 

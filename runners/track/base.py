@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from runners.sweep.records import (
+from runners.results.records import (
     ExperimentRecord, TrialRecord, read_bounded, run_dir, write_json,
 )
 
@@ -107,7 +107,7 @@ def flat_params(params: dict[str, Any]) -> dict[str, str]:
 
 
 def front_rows(front: list) -> list[dict]:
-    """The front (``runners.sweep.front.FrontPoint``) as plain rows."""
+    """The front (``runners.results.front.FrontPoint``) as plain rows."""
     return [{"trial": p.trial, "k": p.k, "summary": p.summary, **p.values,
              **{f"{n}_se": se for n, se in p.se.items()}, "n": p.n, "p_front": p.p_front, "tied": p.tied}
             for p in front]

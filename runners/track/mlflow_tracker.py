@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from runners.sweep.records import ExperimentRecord, TrialRecord
+from runners.results.records import ExperimentRecord, TrialRecord
 
 from .base import Curve, candidate_metrics, candidate_tags, env_or, flat_params, front_rows
 

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
-from runners.sweep.records import TrialRecord
+from runners.results.records import TrialRecord
 
 ARTIFACTS = "artifacts"
 log = logging.getLogger("loopnas.track")
@@ -67,7 +67,7 @@ def upload(trial, name: str, text: str, out: Path) -> str:
 
 @_warned
 def mark_front(study, front: list, records: dict[str, TrialRecord]) -> None:
-    """The front (``runners.sweep.front.FrontPoint``, computed once at the end) on the study:
+    """The front (``runners.results.front.FrontPoint``, computed once at the end) on the study:
     ``p_front`` (loopnas id → probability) and ``front`` (the members in cost order), and a
     note on each member's trial when optuna-dashboard is installed."""
     numbers = {}

@@ -9,7 +9,7 @@ import json
 import math
 from pathlib import Path
 
-from runners.sweep.records import ExperimentRecord, TrialRecord
+from runners.results.records import ExperimentRecord, TrialRecord
 
 from .base import Curve, candidate_metrics, front_rows
 

@@ -10,7 +10,7 @@ import json
 import secrets
 from pathlib import Path
 
-from runners.sweep.records import ExperimentRecord, TrialRecord
+from runners.results.records import ExperimentRecord, TrialRecord
 
 from .base import Curve, candidate_metrics, flat_params, front_rows
 

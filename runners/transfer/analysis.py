@@ -202,7 +202,7 @@ def _test(a: Measured, b: Measured):
 def front_labels(measured: list[Measured], objectives: list) -> list[str]:
     """The candidates on the Pareto front of their means at one scale, in cost order."""
     from nas.pareto import pareto_front
-    from runners.sweep.front import cost_key
+    from runners.results.front import cost_key
 
     names = [o.name for o in objectives]
     done = [m for m in measured if m.status == "complete" and all(

@@ -14,7 +14,7 @@ OUTCOMES = ("kept", "flipped", "within_noise", "newly_separated", "still_within_
 
 
 def write(t: Transfer, out: Path) -> list[Path]:
-    from runners.sweep.records import write_json, write_text
+    from runners.results.records import write_json, write_text
 
     paths = [out / "transfer.json", out / "transfer.md", out / "transfer.png"]
     write_json(paths[0], t)

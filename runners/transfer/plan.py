@@ -66,7 +66,7 @@ def choose(records: list, objectives: list, rule: str = "front") -> list[Chosen]
     import numpy as np
 
     from nas.pareto import non_dominated_sort
-    from runners.sweep.front import all_points
+    from runners.results.front import all_points
 
     kind, n = parse_candidates(rule)
     points = [p for p in all_points(records)
@@ -225,7 +225,7 @@ def scale_space(base: Space, plan: list[Grown], label: str, multiple: float) -> 
 def check_resumable(space: PlannedSpace, out: Path) -> bool:
     """Whether ``out`` already holds this scale (resume it); a different plan there is one
     clear error rather than the sweep's generic 'the space differs'."""
-    from runners.sweep.records import EXPERIMENT, read_experiment
+    from runners.results.records import EXPERIMENT, read_experiment
 
     if not (out / EXPERIMENT).is_file():
         return False

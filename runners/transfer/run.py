@@ -88,7 +88,7 @@ def base_measures(records: list, chosen: list[Chosen], quality: str, seq_len: in
 def scale_measures(exp_dir: Path, chosen: list[Chosen], quality: str) -> list[Measured]:
     """The chosen points in one scale's directory, found by the grown spec's hash that each
     ``candidate`` choice records; a candidate not complete there says why."""
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.records import read_experiment, read_trials
 
     if not (Path(exp_dir) / "experiment.json").is_file():
         return [Measured(c.label, c.trial, c.k, status="not trained") for c in chosen]
@@ -130,7 +130,7 @@ def prepare(exp_dir: Path, out: Path | None = None, scales: tuple[float, ...] | 
     must be known at the base)."""
     from nas.cost import unique_params
     from nas.space import Scale, resolve_scales
-    from runners.sweep.records import read_experiment, read_trials
+    from runners.results.records import read_experiment, read_trials
 
     exp_dir = Path(exp_dir)
     if steps_rule not in STEPS_RULES:
@@ -265,7 +265,7 @@ def run_transfer(exp_dir: Path, out: Path | None = None, scales: tuple[float, ..
 
 def find(exp_dir: Path) -> Transfer | None:
     """An experiment's transfer, when one exists: ``EXP/transfer/transfer.json``."""
-    from runners.sweep.records import MAX_EXPERIMENT, read_optional
+    from runners.results.records import MAX_EXPERIMENT, read_optional
 
     path = Path(exp_dir) / TRANSFER / "transfer.json"
     # bounded, regular files only (a FIFO or a device is one warning, not a hang) (issue #34)

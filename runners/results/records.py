@@ -38,7 +38,8 @@ from runners.checkpoint import (
     write_text,  # the one atomic write (re-exported: records use it)
 )
 
-Status = Literal["running", "complete", "pruned", "infeasible", "duplicate", "failed", "timeout", "oom"]
+from .status import ReplicateStatus, Status, TrialStatus
+
 Direction = Literal["minimize", "maximize"]
 EXPERIMENT = "experiment.json"
 TRIALS = "trials"
@@ -112,7 +113,7 @@ class Replicate(_Record):
 
     index: int
     seed: int
-    status: Literal["queued", "running", "complete", "pruned", "failed", "timeout", "oom"] = "queued"
+    status: ReplicateStatus = Status.QUEUED.value
     reason: str | None = None
     rungs: list[Rung] = Field(default_factory=list)
     points: list[Point] = Field(default_factory=list)
@@ -133,7 +134,7 @@ class Replicate(_Record):
 class TrialRecord(_Record):
     id: str
     number: int
-    status: Status
+    status: TrialStatus
     reason: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     spec_hash: str | None = None
@@ -551,7 +552,7 @@ def study_storage(exp_dir: str | Path, url: str | None) -> str:
     return url
 
 
-__all__ = ["Status", "Direction", "Objective", "Rung", "Point", "Replicate", "TrialRecord", "ExperimentRecord",
+__all__ = ["Direction", "Objective", "Rung", "Point", "Replicate", "TrialRecord", "ExperimentRecord",
            "RecordError", "Unreadable", "write_text", "write_json", "trial_path", "read_experiment", "read_trials",
            "run_dir", "checkpoint_of", "INDEX", "INDEX_MORE", "arch_problem", "digest", "read_index", "undigest",
            "repair_journal", "study_storage", "read_bounded", "read_record", "read_optional", "Skipped",
