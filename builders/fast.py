@@ -3,8 +3,8 @@
 On by default: q/k/v and gate projections run as one matmul, the three short convolutions
 as one, and on CPU a causal depthwise convolution as shifted multiply-adds. Off
 (:func:`reference_paths`), every projection is its own ``nn.Linear`` call and every short
-convolution a ``conv1d``: the same function (tests/test_ops_linear.py checks the two agree),
-in the form a FLOP counter can attribute to modules (tests/test_cost_vs_model.py)."""
+convolution a ``conv1d``: the same function (tests/builders/test_ops_linear.py checks the two agree),
+in the form a FLOP counter can attribute to modules (tests/builders/test_cost_vs_model.py)."""
 from __future__ import annotations
 
 import contextlib

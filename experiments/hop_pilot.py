@@ -14,7 +14,7 @@ rule was "every looped seed above every unlooped one and the difference above 3 
 ``--reanalyse`` redoes every committed table's comparisons from the per-seed accuracies the
 table prints (3 decimals: the raw values were not kept otherwise) and rewrites its analysis
 columns and the line under it (GDN's loop gain against attention's, per seed);
-``tests/test_experiment_reanalysis.py`` checks the committed file is what it gives.
+``tests/project/test_experiment_reanalysis.py`` checks the committed file is what it gives.
 
 Candidates are built exactly as a sweep trial of ``experiments/spaces/hop_pilot.yaml`` (the
 quickstart's layout when the pilot ran: same lowering and parameter matching); only the proxy (task, steps, lr, eval batches) is replaced. Every

@@ -16,7 +16,7 @@ looped model against its mixer's NoLoop on every metric, ``nas.noise.compare`` (
 t-test over the seeds both hold, Welch's when a metric leaves some runs out), Holm-adjusted
 over the comparisons table (``nas.noise.holm``). ``--aggregate`` reads only the committed
 runs file, so ``results/loop_vs_mixer.{md,csv}`` regenerate from it
-(``tests/test_experiment_reanalysis.py`` checks that they do).
+(``tests/project/test_experiment_reanalysis.py`` checks that they do).
 
     python experiments/loop_vs_mixer.py --seeds 0,1,2 --models gdn_noloop,gdn_fullloop
     python experiments/loop_vs_mixer.py --seeds 0,1,2 --models gdn_mixerloop,attn_noloop,attn_fullloop

@@ -47,7 +47,7 @@ statistics with the library's from the per-seed values the section prints: the c
 differences by ``nas.noise.permutation_test`` paired by seed, τ by ``nas.oneshot.agreement``,
 Holm over the two; on the loops axis each loop count against k = 1 within an order
 (``nas.noise.compare``) and the order with k as context. A seeded section writes the same
-lines when it is run; ``tests/test_experiment_reanalysis.py`` checks the committed file.
+lines when it is run; ``tests/project/test_experiment_reanalysis.py`` checks the committed file.
 
     python experiments/oneshot_vs_standalone.py --reanalyse
 

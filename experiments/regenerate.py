@@ -6,7 +6,7 @@ every replicate value it analysed (``Calibration.raw``), each ``transfer_<name>.
 script redoes the analysis from that file alone with today's statistics
 (``Calibration.reanalysed``, ``runners.transfer.analysis.reanalysed``) and rewrites the
 generated half of the ``.md`` beside it, below the marker line; the hand-written reading
-above the marker is kept. ``tests/test_committed_results.py`` checks that every committed
+above the marker is kept. ``tests/project/test_committed_results.py`` checks that every committed
 markdown equals its regeneration, so no number in it is typed by hand.
 
     python experiments/regenerate.py                          # every committed result

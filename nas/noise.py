@@ -12,7 +12,7 @@ independent (unequal or failed replicates).
 - :func:`compare`: two candidates (the front's ``≈``, transfer's pairs): a paired t-test
   over shared seeds, else Welch's; a pair *differs beyond seed noise* when its p is below
   :data:`TIE_ALPHA`, a stated per-pair false-positive rate (measured in
-  ``tests/test_noise.py``).
+  ``tests/nas/test_noise.py``).
 - :func:`permutation_test`: one factor in blocks (calibrate's axes): levels shuffled within
   each (context, seed) block when seeds are shared, within each context otherwise; exact
   where the relabellings can be enumerated, else Monte Carlo with a stated interval whose
@@ -157,7 +157,7 @@ def t_sf(t: float, dof: float) -> float:
     ``x = dof / (dof + t²)``, the regularized incomplete beta by its continued fraction
     (modified Lentz). Pure Python, so the front's ties (``loopnas status``) do not import
     scipy.stats (half a second). Equal to ``scipy.stats.t.sf`` to 1e-13 relative up to 10
-    degrees of freedom, 1e-11 up to 200, 2e-10 up to 10,000 (``tests/test_noise.py``)."""
+    degrees of freedom, 1e-11 up to 200, 2e-10 up to 10,000 (``tests/nas/test_noise.py``)."""
     if math.isnan(t) or math.isnan(dof):
         return math.nan
     if t <= 0:

@@ -10,7 +10,7 @@ otherwise find in every trial.
 - :data:`SAMPLER_PARAMS`: the keyword parameters of each Optuna sampler (Optuna 5.0's
   ``__init__`` signatures), for ``search.sampler_params``.
 
-``tests/test_hostile_input.py`` keeps each table equal to the code it mirrors.
+``tests/hostile/test_hostile_input.py`` keeps each table equal to the code it mirrors.
 """
 from __future__ import annotations
 

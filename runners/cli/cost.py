@@ -33,7 +33,7 @@ class Dtype(str, Enum):
     fp32 = "fp32"
 
 
-DEFAULT_SEQ_LEN = 1024  # = nas.cost.DEFAULT_SEQ_LEN (tests/test_cli_basic.py); not imported, so that
+DEFAULT_SEQ_LEN = 1024  # = nas.cost.DEFAULT_SEQ_LEN (tests/runners/cli/test_cli_basic.py); not imported, so that
 # commands without costs (status) start without the cost model
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Bytes per cached element.")]
 

@@ -36,7 +36,7 @@ Shallow windows score well above chance (the BRIEF asks to report them): most ho
 stay local. The Bayes-optimal accuracy of a lookup table on the last ``w`` input tokens (left
 padded), at ``k = 3``, ``n = 32``, ``alphabet_size = 4``, over scored letters, estimated on
 2M sequences (the plug-in estimate, an upper bound in expectation, and the held-out one, a
-lower bound, agree to 3e-4; ``tests/test_hop_tasks.py`` brackets them on 40k sequences):
+lower bound, agree to 3e-4; ``tests/runners/proxy/test_hop_tasks.py`` brackets them on 40k sequences):
 
     w = 1: 0.295    w = 2: 0.355    w = 4: 0.452    w = 8: 0.691
 

@@ -29,7 +29,7 @@ the Bayes-optimal predictor that sees the last ``w`` input tokens *and its posit
 upper bound on a lookup table of the last ``w`` tokens), at ``k = 3``, ``N = 8``,
 ``num_queries = 8``, averaged over the answers, computed exactly (the posterior over
 ``σ`` is uniform over the 5040 cycles that agree with the pairs in the window;
-``tests/test_hop_tasks.py`` derives it and checks it against generated batches):
+``tests/runners/proxy/test_hop_tasks.py`` derives it and checks it against generated batches):
 
     w = 1: 0.143    w = 2: 0.143    w = 4: 0.149    w = 8: 0.187
 

@@ -28,7 +28,7 @@ One sequence, ``T = 3 + 2m + n(3m/2 + 1)`` tokens::
   anything short of ``p_0`` *and every step since*, ``p_k`` is uniform: a predictor that
   sees only the last ``j`` steps, only the current step, only the start address, or
   that tracks through 80% of the steps and then stops, scores exactly chance on the
-  answers it cannot follow (``tests/test_task_shortcuts.py``). At ``m = 2`` a step is
+  answers it cannot follow (``tests/runners/proxy/test_task_shortcuts.py``). At ``m = 2`` a step is
   the identity or the swap with probability 1/2 each: the answer is the parity of the
   swaps, not a fixed alternation.
 * The label at each ``ASK`` is ``b(p_k)``. With ``supervise_pointer`` (the default) the
