@@ -34,7 +34,7 @@ SHARDS = [["ops", *TINY[::2]], TINY[1::2]]
 def results(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("fla_interp")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "tests._fla_interp_worker", str(out / f"{i}.json"), *shard],
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.builders._fla_interp_worker", str(out / f"{i}.json"), *shard],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i, shard in enumerate(SHARDS)]
     merged = {}
