@@ -6,6 +6,8 @@ from typing import Callable, Literal
 
 from torch import Tensor, nn
 
+from nas.registry import register_once
+
 Backend = Literal["torch", "fla"]
 
 
@@ -22,14 +24,7 @@ _BUILDERS: dict[type, Callable] = {}
 
 def register(spec_type: type) -> Callable:
     """Decorator: ``@register(GDNSpec)`` maps a spec type to its builder (once)."""
-
-    def deco(fn: Callable) -> Callable:
-        if spec_type in _BUILDERS:
-            raise ValueError(f"a builder for {spec_type.__name__} is already registered")
-        _BUILDERS[spec_type] = fn
-        return fn
-
-    return deco
+    return register_once(_BUILDERS, spec_type, what="a builder for")
 
 
 def build_op(spec, ctx: BuildCtx) -> nn.Module:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from nas.registry import register_once
 from nas.spec import LoopRegion
 
 
@@ -36,12 +37,8 @@ RULES: dict[str, LoopRule] = {}
 
 
 def register(key: str):
-    def deco(cls: type[LoopRule]) -> type[LoopRule]:
-        if key in RULES:
-            raise ValueError(f"loop rule {key!r} registered twice")
-        RULES[key] = cls()
-        return cls
-    return deco
+    """Register the executor of rule ``key`` (an update rule's kind or a region option; once)."""
+    return register_once(RULES, key, what="loop rule", value=lambda cls: cls())
 
 
 from . import conditioning, gated_step, iteration_norm, plain, reinject, residual_gate  # noqa: E402,F401

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
+from ..registry import register_once
 from ..spec import (
     AttnSpec, DeltaNetSpec, DSASpec, GDNSpec, KDASpec, Mamba2Spec, MoESpec, NoFFNSpec,
     NormSpec, NSASpec, ParallelSpec, Spec, SwiGLUSpec, SwitchSpec,
@@ -19,13 +20,7 @@ _STATE: dict[type, Callable[[Spec, int], tuple[int, int]]] = {}
 
 def _rule(table: dict, *types: type) -> Callable:
     """Register ``fn`` as ``table``'s rule for each spec type (once)."""
-    def deco(fn: Callable) -> Callable:
-        for t in types:
-            if t in table:
-                raise ValueError(f"a rule for {t.__name__} is already registered")
-            table[t] = fn
-        return fn
-    return deco
+    return register_once(table, *types, what="a cost rule for")
 
 
 def _conv(channels: int, size: int, bias: bool) -> int:

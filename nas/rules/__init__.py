@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Literal, NamedTuple
 
+from ..registry import register_once
 from ..spec import LoopRegion
 
 
@@ -73,22 +74,12 @@ OPTIONS: dict[str, tuple[Callable[[LoopRegion], bool], Rule]] = {}
 
 def register_update(kind: str):
     """Register the rule of update-rule spec ``kind`` (once)."""
-    def deco(cls: type[Rule]) -> type[Rule]:
-        if kind in UPDATES:
-            raise ValueError(f"update rule {kind!r} registered twice")
-        UPDATES[kind] = cls()
-        return cls
-    return deco
+    return register_once(UPDATES, kind, what="update rule", value=lambda cls: cls())
 
 
 def register_option(name: str, applies: Callable[[LoopRegion], bool]):
     """Register a region option, run (after the update rule) where ``applies(region)``."""
-    def deco(cls: type[Rule]) -> type[Rule]:
-        if name in OPTIONS:
-            raise ValueError(f"region option {name!r} registered twice")
-        OPTIONS[name] = (applies, cls())
-        return cls
-    return deco
+    return register_once(OPTIONS, name, what="region option", value=lambda cls: (applies, cls()))
 
 
 def rule_keys(r: LoopRegion) -> tuple[str, ...]:

@@ -11,6 +11,8 @@ from typing import Callable, Protocol, TypeVar, runtime_checkable
 
 import torch
 
+from nas.registry import register_once
+
 IGNORE_INDEX = -100
 SPLITS = ("train", "eval")
 # Fixed salt, so the eval stream derived from a generator is reproducible.
@@ -38,14 +40,7 @@ T = TypeVar("T")
 
 def register_task(name: str) -> Callable[[T], T]:
     """Register a task factory under ``name``; registering a name twice raises."""
-
-    def decorator(factory: T) -> T:
-        if name in _REGISTRY:
-            raise ValueError(f"task {name!r} is already registered")
-        _REGISTRY[name] = factory
-        return factory
-
-    return decorator
+    return register_once(_REGISTRY, name, what="task")
 
 
 def task_names() -> tuple[str, ...]:
