@@ -218,6 +218,9 @@ ROOMS = {
     "cli": ("runners.cli", "runners.__main__"),
 }
 
+# the order of the README's Layout table: each room may import only those before it
+ORDER = ("nas", "builders", "proxy", "measure", "experiment", "search", "inspect", "results", "cli")
+
 
 def _room(module: str) -> str | None:
     for top in ("nas", "builders", "spaces"):
@@ -247,5 +250,16 @@ def test_no_import_cycle_between_rooms_and_no_upward_import():
     upward = [(a, b, g.edges[a, b]["example"]) for a, b in g.edges
               if a == "nas" or (a == "builders" and b not in ("nas", "spaces"))]
     assert upward == []
+    # the README's "Layout" table: a room imports only the rooms before it
+    backward = [(a, b, g.edges[a, b]["example"]) for a, b in g.edges
+                if "spaces" not in (a, b) and ORDER.index(b) > ORDER.index(a)]
+    assert backward == []
     cycles = [[(a, g.edges[a, b]["example"]) for a, b in zip(c, c[1:] + c[:1])] for c in nx.simple_cycles(g)]
     assert cycles == []
+
+
+def test_the_readmes_layout_table_lists_the_rooms_in_their_import_order():
+    text = (ROOT / "README.md").read_text()
+    table = text.split("### Layout: the rooms and what each may import", 1)[1].split("\n\n")[2]
+    rooms = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
+    assert tuple(rooms) == ORDER
