@@ -5,12 +5,15 @@ otherwise find in every trial.
   definition the trainer (``runners.train``) reads; :class:`ProxySpec`, a space's
   ``proxy:``, is the same plus the sweep's own ``seeds``;
 - :data:`TASK_PARAMS`: each proxy task's parameters (the constructors in
-  ``runners.tasks``) with their simple range rules, and :data:`TASK_METRICS`, the eval
-  metrics each task reports;
+  ``runners.tasks``), and the one definition of each task's rules (``check_*``: the model
+  here and the task's constructor both call it); :data:`TASK_METRICS`, the eval metrics
+  each task reports; :data:`CURRICULUM_STAGES` and :func:`check_curriculum`, the curriculum's;
+- :func:`budget_problem`: a run's length, ``steps`` or ``tokens``;
 - :data:`SAMPLER_PARAMS`: the keyword parameters of each Optuna sampler (Optuna 5.0's
   ``__init__`` signatures), for ``search.sampler_params``.
 
-``tests/hostile/test_hostile_input.py`` keeps each table equal to the code it mirrors.
+``tests/hostile/test_hostile_input.py`` keeps the tables of other code's signatures (the
+tasks' defaults, Optuna's samplers) equal to it.
 """
 from __future__ import annotations
 
@@ -19,6 +22,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 CURRICULUM_STAGES = (8, 16, 32, 64, 128, 256)
+"""LT2's curriculum: the stages ``n = m`` of the state-tracking task."""
+CURRICULUM_METRICS = ("last_acc", "acc", "seq_acc")
+"""The eval metrics a curriculum may promote on (``last_acc`` needs tracking to the end)."""
+BUDGET = ("steps", "tokens")
+"""The two ways to give a run's length: one of them (:func:`budget_problem`)."""
 PROXY_ONLY = ("seeds",)
 """Proxy fields the sweep reads itself; the trainer never sees them."""
 MAX_SEEDS = 64
@@ -40,12 +48,33 @@ class CurriculumConfig(_Data):
     stages: tuple[PositiveInt, ...] = CURRICULUM_STAGES
     threshold: float = Field(0.90, gt=0, le=1)
     stage_steps: PositiveInt = 500
-    metric: Literal["last_acc", "acc", "seq_acc"] = Field("last_acc", description="the eval metric "
-                                                          "promoted on: last_acc needs tracking "
-                                                          "to the end (runners.tasks.Curriculum)")
+    metric: Literal[CURRICULUM_METRICS] = Field("last_acc", description="the eval metric "
+                                                "promoted on: last_acc needs tracking "
+                                                "to the end (runners.tasks.Curriculum)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "CurriculumConfig":
+        check_curriculum(self.stages, self.threshold, self.metric)
+        return self
 
 
-CurriculumSpec = CurriculumConfig
+def budget_problem(steps: int | None, tokens: int | None, curriculum: Any,
+                   required: bool = True) -> str | None:
+    """What is wrong with a run's length (None: nothing): it is ``steps`` or ``tokens``, not
+    both, and (``required``) one of them unless a curriculum's stage budgets cap the run."""
+    if steps is not None and tokens is not None:
+        return "set steps or tokens, not both"
+    if required and steps is None and tokens is None and curriculum is None:
+        return "set steps or tokens (or a curriculum, whose stage budgets cap the run)"
+    return None
+
+
+def with_budget(settings: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` updated by ``override``, where a length in ``override`` (``steps`` or
+    ``tokens``) replaces the one in ``settings`` rather than joining it."""
+    if override.keys() & set(BUDGET):
+        settings = {k: v for k, v in settings.items() if k not in BUDGET}
+    return {**settings, **override}
 
 
 class TrainConfig(_Data):
@@ -90,14 +119,13 @@ class TrainConfig(_Data):
 
     @model_validator(mode="after")
     def _budget(self) -> "TrainConfig":
-        if self.curriculum is None and self.steps is None and self.tokens is None:
-            raise ValueError("set steps or tokens (or a curriculum, whose stage budgets cap the run)")
+        problem = budget_problem(self.steps, self.tokens, self.curriculum)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
-        if self.steps is not None and self.tokens is not None:
-            raise ValueError("set steps or tokens, not both")
         if self.curriculum is not None and self.task != "state_tracking":
             raise ValueError(f"a curriculum needs task 'state_tracking' (got {self.task!r})")
         if self.curriculum is not None and self.tokens is not None:
@@ -110,12 +138,15 @@ class TrainConfig(_Data):
 class ProxySpec(TrainConfig):
     """A space's ``proxy:``: the trainer's settings and ``seeds``, the replicates per
     candidate. ``steps`` or ``tokens`` may come from a one-shot space's ``oneshot.train``
-    instead, so a missing budget is checked where the space is read."""
+    instead, so the length is checked where the space is read (:func:`budget_problem`)."""
 
     seeds: PositiveInt = Field(1, le=MAX_SEEDS)
 
     @model_validator(mode="after")
     def _budget(self) -> "ProxySpec":
+        problem = budget_problem(self.steps, self.tokens, self.curriculum, required=False)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     def trainer(self) -> dict[str, Any]:
@@ -124,13 +155,63 @@ class ProxySpec(TrainConfig):
 
 
 # Task parameters: strict ints (the task dataclasses do not convert "8" or 8.0), numbers
-# that are not booleans; each model's checks are its task's ``__post_init__`` checks.
+# that are not booleans. Each task's rules are one ``check_*`` function below, which the
+# model here (for ``loopnas validate``) and the task's constructor (``runners.tasks``) both call.
 Int = Annotated[int, Field(strict=True)]
 Number = Annotated[float, Field(allow_inf_nan=False)]
+Settings = tuple[tuple[int, int, int], ...]
+# zoology/experiments/mqar_example_configs/original_mqar_configs.py (vocab 8192)
+ZOOLOGY_TRAIN: Settings = ((64, 4, 100_000), (128, 8, 20_000), (256, 16, 20_000),
+                           (256, 32, 20_000), (256, 64, 20_000))
+ZOOLOGY_TEST: Settings = ((64, 4, 1_000), (64, 8, 1_000), (64, 16, 1_000), (128, 32, 1_000),
+                          (256, 64, 1_000), (512, 128, 1_000), (1024, 256, 1_000))
+SAMPLE_BY = ("line", "paragraph", "document")
+"""How the LM task splits a text file into samples."""
 
 
 class _Params(_Data):
     pass
+
+
+def check_mqar(vocab_size: int, seq_len: int, num_kv_pairs: int, power_a: float, zoology: bool,
+               train_settings: Any, test_settings: Any) -> tuple[Settings | None, Settings | None]:
+    """The MQAR task's parameter rules; returns ``(train_settings, test_settings)`` as
+    ``(seq_len, num_kv_pairs, num_examples)`` triples (``"zoology"``: the paper's)."""
+    keys = vocab_size // 2 - int(zoology)
+
+    def setting(length: int, k: int, field: str) -> None:
+        if not 1 <= k <= keys:
+            raise ValueError(f"{field}: need 1 <= num_kv_pairs <= {keys} (the key half of "
+                             f"vocab_size={vocab_size}), got {k}")
+        if length < 4 * k:
+            raise ValueError(f"{field}: seq_len must be >= 4 * num_kv_pairs = {4 * k}, got {length}")
+
+    out = []
+    for field, value, preset in (("train_settings", train_settings, ZOOLOGY_TRAIN),
+                                 ("test_settings", test_settings, ZOOLOGY_TEST)):
+        if isinstance(value, str):
+            if value != "zoology":
+                raise ValueError(f"{field} must be 'zoology' or (seq_len, num_kv_pairs, "
+                                 f"num_examples) triples, got {value!r}")
+            value = preset
+        if value is not None:
+            value = tuple(tuple(int(x) for x in s) for s in value)
+            if not value or any(len(s) != 3 or s[2] < 1 for s in value):
+                raise ValueError(f"{field} must be non-empty (seq_len, num_kv_pairs, "
+                                 f"num_examples) triples with num_examples >= 1, got {value}")
+            for length, k, _ in value:
+                setting(length, k, field)
+        out.append(value)
+    train, test = out
+    if (train is None) != (test is None):
+        raise ValueError("give train_settings and test_settings together (or neither)")
+    setting(seq_len, num_kv_pairs, "seq_len/num_kv_pairs")
+    if train and seq_len < max(s[0] for s in train):
+        raise ValueError(f"seq_len ({seq_len}) must hold the longest train setting "
+                         f"({max(s[0] for s in train)})")
+    if power_a <= 0:
+        raise ValueError(f"power_a must be > 0, got {power_a}")
+    return train, test
 
 
 class MQARParams(_Params):
@@ -145,15 +226,11 @@ class MQARParams(_Params):
 
     @model_validator(mode="after")
     def _check(self) -> "MQARParams":
-        keys = self.vocab_size // 2 - int(self.zoology)
-        if not 1 <= self.num_kv_pairs <= keys:
-            raise ValueError(f"need 1 <= num_kv_pairs <= {keys} (the key half of vocab_size="
-                             f"{self.vocab_size}), got {self.num_kv_pairs}")
-        if self.seq_len < 4 * self.num_kv_pairs:
-            raise ValueError(f"seq_len must be >= 4 * num_kv_pairs = {4 * self.num_kv_pairs}, "
-                             f"got {self.seq_len}")
-        if self.power_a <= 0:
-            raise ValueError(f"power_a must be > 0, got {self.power_a}")
+        try:
+            check_mqar(self.vocab_size, self.seq_len, self.num_kv_pairs, self.power_a, self.zoology,
+                       self.train_settings, self.test_settings)
+        except TypeError as exc:  # a setting that is not a sequence of numbers
+            raise ValueError(f"train_settings / test_settings: {exc}") from None
         return self
 
 
@@ -170,7 +247,7 @@ class StateTrackingParams(_Params):
 
 
 def check_state_tracking(n: int, m: int, max_m: int) -> None:
-    """The state-tracking task's parameter rules (the task itself checks with this too)."""
+    """The state-tracking task's parameter rules."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if not 2 <= m <= max_m:
@@ -179,17 +256,51 @@ def check_state_tracking(n: int, m: int, max_m: int) -> None:
         raise ValueError(f"m must be even (the bit table is balanced), got m={m}")
 
 
+def check_curriculum(stages: tuple[int, ...], threshold: float, metric: str) -> None:
+    """The state-tracking curriculum's rules (``runners.tasks.Curriculum``)."""
+    if not stages or any(b <= a for a, b in zip(stages, stages[1:])):
+        raise ValueError(f"stages must be non-empty and increasing, got {stages}")
+    if stages[0] < 2 or any(n % 2 for n in stages):
+        raise ValueError(f"stages must be even and >= 2, got {stages}")
+    if metric not in CURRICULUM_METRICS:
+        raise ValueError(f"metric must be one of {', '.join(map(repr, CURRICULUM_METRICS))}, got {metric!r}")
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+
+
+def check_s5(seq_len: int, degree: int) -> None:
+    """The permutation word problem's parameter rules."""
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    if not 2 <= degree <= 6:
+        raise ValueError(f"degree must be in 2..6, got {degree}")
+
+
 class S5Params(_Params):
     seq_len: Int = 64
     degree: Int = 5
 
     @model_validator(mode="after")
     def _check(self) -> "S5Params":
-        if self.seq_len < 1:
-            raise ValueError(f"seq_len must be >= 1, got {self.seq_len}")
-        if not 2 <= self.degree <= 6:
-            raise ValueError(f"degree must be in 2..6, got {self.degree}")
+        check_s5(self.seq_len, self.degree)
         return self
+
+
+def check_lm(data_files: Any, dataset: str | None, seq_len: int, eval_fraction: float, sample_by: str,
+             streaming: bool, max_tokens: int | None) -> None:
+    """The LM task's parameter rules (the corpus itself is read, and refused, later)."""
+    if (data_files is None) == (dataset is None):
+        raise ValueError("give exactly one of data_files and dataset")
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    if not 0.0 < eval_fraction < 1.0:
+        raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
+    if sample_by not in SAMPLE_BY:
+        raise ValueError(f"sample_by must be one of {SAMPLE_BY}, got {sample_by!r}")
+    if streaming and max_tokens is None:
+        raise ValueError("streaming needs max_tokens (the stream is read up to it)")
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
 
 
 class LMParams(_Params):
@@ -199,7 +310,7 @@ class LMParams(_Params):
     dataset_split: str = "train"
     data_format: str | None = None
     text_field: str = "text"
-    sample_by: Literal["line", "paragraph", "document"] = "document"
+    sample_by: Literal[SAMPLE_BY] = "document"
     tokenizer: str = "byte"
     seq_len: Int = 256
     eval_fraction: Number = 0.05
@@ -209,16 +320,8 @@ class LMParams(_Params):
 
     @model_validator(mode="after")
     def _check(self) -> "LMParams":
-        if (self.data_files is None) == (self.dataset is None):
-            raise ValueError("give exactly one of data_files and dataset")
-        if self.seq_len < 1:
-            raise ValueError(f"seq_len must be >= 1, got {self.seq_len}")
-        if not 0.0 < self.eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
-        if self.streaming and self.max_tokens is None:
-            raise ValueError("streaming needs max_tokens (the stream is read up to it)")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        check_lm(self.data_files, self.dataset, self.seq_len, self.eval_fraction, self.sample_by,
+                 self.streaming, self.max_tokens)
         return self
 
 
@@ -248,7 +351,7 @@ class HopInductionParams(_Params):
 
 
 def check_hop_induction(n: int, k: Any, alphabet_size: int, max_k: int) -> None:
-    """The hop-induction task's parameter rules (the task itself checks with this too)."""
+    """The hop-induction task's parameter rules."""
     if n < 2:
         raise ValueError(f"n must be >= 2, got {n}")
     if alphabet_size < 3:
@@ -256,6 +359,18 @@ def check_hop_induction(n: int, k: Any, alphabet_size: int, max_k: int) -> None:
                          f"got {alphabet_size}")
     if max_k < 1:
         raise ValueError(f"max_k must be >= 1, got {max_k}")
+    hop_counts(k, max_k)
+
+
+def check_pointer_chase(num_nodes: int, num_queries: int | None, k: Any, max_k: int) -> None:
+    """The pointer-chasing task's parameter rules (``num_queries=None``: every node)."""
+    if max_k < 1:
+        raise ValueError(f"max_k must be >= 1, got {max_k}")
+    if num_nodes <= max_k:
+        raise ValueError(f"num_nodes must exceed max_k={max_k} (else σ^k(q) can be q), got {num_nodes}")
+    if num_queries is not None and not 1 <= num_queries <= num_nodes:
+        raise ValueError(f"num_queries must be in 1..num_nodes={num_nodes} (queries are distinct), "
+                         f"got {num_queries}")
     hop_counts(k, max_k)
 
 
@@ -267,13 +382,7 @@ class PointerChaseParams(_Params):
 
     @model_validator(mode="after")
     def _check(self) -> "PointerChaseParams":
-        if self.max_k < 1:
-            raise ValueError(f"max_k must be >= 1, got {self.max_k}")
-        if self.num_nodes <= self.max_k:
-            raise ValueError(f"num_nodes must exceed max_k={self.max_k}, got {self.num_nodes}")
-        if self.num_queries is not None and not 1 <= self.num_queries <= self.num_nodes:
-            raise ValueError(f"num_queries must be in 1..num_nodes={self.num_nodes}, got {self.num_queries}")
-        hop_counts(self.k, self.max_k)
+        check_pointer_chase(self.num_nodes, self.num_queries, self.k, self.max_k)
         return self
 
 
@@ -306,6 +415,8 @@ def task_metrics(task: str, params: dict[str, Any]) -> tuple[str, ...]:
         ks = hop_counts(p.k, p.max_k)
         out += tuple(f"acc_k{k}" for k in ks) if len(ks) > 1 else ()
     return out
+
+
 CURRICULUM_SET = ("n", "m", "max_m")
 """State-tracking parameters a curriculum sets per stage."""
 
@@ -336,8 +447,11 @@ SAMPLER_PARAMS: dict[str, tuple[str, ...]] = {
     "BruteForceSampler": ("seed", "avoid_premature_stop"),
 }
 """Optuna 5.0's sampler keyword parameters (``inspect.signature(cls.__init__)``), by class."""
-SET_BY_SWEEP = ("constraints_func",)
-"""Sampler parameters the sweep passes itself (from the space's ``constraints``)."""
+REFUSED_SAMPLER_PARAMS = {
+    "constraints_func": "Optuna 5 deprecates it; give bounds under the space's constraints, which the "
+                        "sweep records on each trial (Trial.set_constraint), where the sampler reads them",
+}
+"""Sampler parameters a space may not give, and why."""
 
 
 def sampler_class(sampler: str) -> str | None:
@@ -346,6 +460,9 @@ def sampler_class(sampler: str) -> str | None:
     return name if name in SAMPLER_PARAMS else None
 
 
-__all__ = ["CURRICULUM_STAGES", "PROXY_ONLY", "MAX_SEEDS", "MAX_STEPS", "MAX_TOKENS", "CurriculumConfig", "CurriculumSpec", "ProxySpec",
-           "TrainConfig", "TASK_PARAMS", "TASK_METRICS", "task_metrics", "hop_counts",
-           "CURRICULUM_SET", "SAMPLER_CLASSES", "SAMPLER_PARAMS", "SET_BY_SWEEP", "sampler_class"]
+__all__ = ["BUDGET", "CURRICULUM_METRICS", "CURRICULUM_SET", "CURRICULUM_STAGES", "MAX_SEEDS", "MAX_STEPS",
+           "MAX_TOKENS", "PROXY_ONLY", "REFUSED_SAMPLER_PARAMS", "SAMPLER_CLASSES", "SAMPLER_PARAMS", "SAMPLE_BY",
+           "TASK_METRICS", "TASK_PARAMS", "ZOOLOGY_TEST", "ZOOLOGY_TRAIN", "CurriculumConfig", "ProxySpec",
+           "TrainConfig", "budget_problem", "check_curriculum", "check_hop_induction", "check_lm", "check_mqar",
+           "check_pointer_chase", "check_s5", "check_state_tracking", "hop_counts", "sampler_class",
+           "task_metrics", "with_budget"]

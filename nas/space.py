@@ -16,7 +16,8 @@ A space (YAML, or a Python file for define-by-run spaces) holds:
 - ``match``: resize every candidate to the same unique parameters or projection compute
   (the spec's own ``match:``, applied to each candidate);
 - ``objectives``: a measured proxy metric (``acc``, ``eval_loss``, ``n_max``, ...) and cost
-  metrics (:data:`COST_METRICS`), each minimised or maximised;
+  metrics (:data:`nas.metrics.COST_METRICS`) or serving metrics
+  (:data:`nas.metrics.SERVING_METRICS`), each minimised or maximised;
 - ``proxy``: the task and trainer settings of one proxy run;
 - ``search``: sampler, trials, concurrency, resources per trial, early stopping;
 - ``oneshot`` (instead of ``params``): search the base hybrid's placement, and the loop
@@ -55,34 +56,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt,
 
 from .errors import Problem, SpecError, from_validation_error, suggest
 from .load import not_a_spec, parse_yaml, read_text, resolve, spec_from_dict
+from .metrics import COST_METRICS, SERVING_METRICS, ObjectiveRole
 from .oneshot import OneShotCheckSpec, OneShotRemedySpec
 from .proxy import (
-    CURRICULUM_SET, PROXY_ONLY, SAMPLER_CLASSES, SAMPLER_PARAMS, SET_BY_SWEEP, TASK_METRICS, TASK_PARAMS, ProxySpec,
-    sampler_class, task_metrics,
+    CURRICULUM_SET, PROXY_ONLY, REFUSED_SAMPLER_PARAMS, SAMPLER_CLASSES, SAMPLER_PARAMS, TASK_METRICS, TASK_PARAMS,
+    ProxySpec, budget_problem, sampler_class, task_metrics, with_budget,
 )
 from .spec import ArchSpec, MatchSpec, Name
 
-COST_METRICS = {
-    "unique_params": "unique parameters",
-    "non_embedding_params": "unique parameters less embeddings",
-    "projection_flops": "projection FLOPs per token (MixerLoop §3.3)",
-    "forward_flops": "projection + loop extras + sequence mixing FLOPs per token",
-    "seq_mixing_flops": "sequence-mixing FLOPs per token at seq_len",
-    "train_flops": "training FLOPs per token",
-    "kv_bytes": "KV cache + recurrent state bytes per sequence at seq_len",
-    "kv_cache_bytes": "KV cache bytes per sequence at seq_len",
-    "state_bytes": "recurrent state bytes per sequence",
-}
-SERVING_METRICS = {
-    "train_tokens_per_s": "training throughput (forward + backward + step) at seq_len",
-    "prefill_tokens_per_s": "prefill throughput at context seq_len",
-    "decode_tokens_per_s": "decode throughput (tokens/s over the batch) after a seq_len prefill",
-    "decode_latency_ms": "milliseconds per decoded token after a seq_len prefill",
-    "peak_memory_bytes": "peak memory of prefill + decode at seq_len",
-    "cache_bytes": "bytes the inference cache holds after a seq_len prefill",
-}
-"""Measured serving cost (``runners.bench``), one measurement per trial on the trial's own
-hardware, at the objective's ``seq_len`` (default: the space's) and ``batch_size`` (default 1)."""
 SAMPLERS = tuple(SAMPLER_CLASSES)
 MAX_SEQ_LEN = 1 << 40
 """The longest context a space prices (costs stay exact floats well beyond it)."""
@@ -166,7 +147,7 @@ def objective_metric(name: str) -> str:
     return name.split("@", 1)[0].split("/", 1)[0]
 
 
-class ObjectiveSpec(_Data):
+class ObjectiveSpec(_Data, ObjectiveRole):
     """``metric``: a proxy metric, one of :data:`COST_METRICS` (priced by the cost model) or
     one of :data:`SERVING_METRICS` (measured by ``runners.bench``); ``seq_len`` prices
     context-dependent metrics at another length than the space's; ``batch_size`` is the
@@ -192,11 +173,6 @@ class ObjectiveSpec(_Data):
     @property
     def serving(self) -> bool:
         return self.metric in SERVING_METRICS
-
-    @property
-    def quality(self) -> bool:
-        """The proxy's quality metric: measured, not a serving cost."""
-        return self.measured and not self.serving
 
 
 class EarlyStopSpec(_Data):
@@ -757,8 +733,9 @@ def _run_problems(spec: SpaceSpec) -> list[Problem]:
     quality metric it reports, the sampler's parameters, a grid too large to list, the
     study's storage."""
     out = proxy_problems(spec.proxy, "proxy.") + _resources_problems(spec)
-    if spec.oneshot is None and spec.proxy.steps is None and spec.proxy.tokens is None and spec.proxy.curriculum is None:
-        out.append(Problem("proxy", "set steps or tokens (or a curriculum, whose stage budgets cap the run)"))
+    problem = budget_problem(spec.proxy.steps, spec.proxy.tokens, spec.proxy.curriculum)
+    if spec.oneshot is None and problem is not None:
+        out.append(Problem("proxy", problem))
     task = spec.oneshot.search.task if spec.oneshot is not None and spec.oneshot.search.task else spec.proxy.task
     params = spec.oneshot.search.task_params if spec.oneshot is not None and spec.oneshot.search.task else (
         {**spec.proxy.task_params, **(spec.oneshot.search.task_params if spec.oneshot else {})})
@@ -771,11 +748,10 @@ def _run_problems(spec: SpaceSpec) -> list[Problem]:
     search = spec.search
     cls = sampler_class(search.sampler)
     if cls is not None:
-        allowed = [n for n in SAMPLER_PARAMS[cls] if n not in SET_BY_SWEEP]
+        allowed = [n for n in SAMPLER_PARAMS[cls] if n not in REFUSED_SAMPLER_PARAMS]
         for key in search.sampler_params:
             if key not in allowed:
-                why = "the sweep sets it from constraints" if key in SET_BY_SWEEP else (
-                    f"{suggest(key, allowed)}{cls} takes {', '.join(allowed)}")
+                why = REFUSED_SAMPLER_PARAMS.get(key) or f"{suggest(key, allowed)}{cls} takes {', '.join(allowed)}"
                 out.append(Problem(f"search.sampler_params.{key}", f"not a parameter of {cls}: {why}"))
     if cls == "GridSampler" and spec.oneshot is None and "search_space" not in search.sampler_params:
         size = grid_points(spec)
@@ -863,8 +839,9 @@ def _oneshot_problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[
     if spec.search.early_stopping is not None:
         out.append(Problem("search.early_stopping", "a one-shot sweep's trials evaluate, they do not "
                                                     "train: remove early_stopping"))
-    if "steps" in one.train and "tokens" in one.train:
-        out.append(Problem("oneshot.train", "set steps or tokens, not both"))
+    problem = budget_problem(one.train.get("steps"), one.train.get("tokens"), None, required=False)
+    if problem is not None:
+        out.append(Problem("oneshot.train", problem))
     else:
         out += _supernet_problems(spec)
     return out
@@ -873,9 +850,7 @@ def _oneshot_problems(spec: SpaceSpec, base: dict | None, python: bool) -> list[
 def _supernet_problems(spec: SpaceSpec) -> list[Problem]:
     """``oneshot.train`` over the proxy, as ``runners.oneshot.supernet_config`` merges them."""
     train = spec.oneshot.train
-    data = {**spec.proxy.model_dump(mode="json", exclude_unset=True), **train}
-    if "steps" in train or "tokens" in train:
-        data = {k: v for k, v in data.items() if k not in ("steps", "tokens") or k in train}
+    data = with_budget(spec.proxy.model_dump(mode="json", exclude_unset=True), train)
     if set(train) & set(PROXY_ONLY):
         return [Problem(f"oneshot.train.{k}", "a sweep setting, not a trainer setting: set it in proxy")
                 for k in sorted(set(train) & set(PROXY_ONLY))]
@@ -883,8 +858,9 @@ def _supernet_problems(spec: SpaceSpec) -> list[Problem]:
         merged = ProxySpec.model_validate(data)
     except ValidationError as exc:
         return from_validation_error(exc, ProxySpec, ("oneshot", "train")).problems
-    if merged.steps is None and merged.tokens is None and merged.curriculum is None:
-        return [Problem("oneshot.train", "the supernet needs steps or tokens (here or in proxy)")]
+    problem = budget_problem(merged.steps, merged.tokens, merged.curriculum)
+    if problem is not None:
+        return [Problem("oneshot.train", f"the supernet: {problem}, here or in proxy")]
     return proxy_problems(merged, "oneshot.train.") if train.keys() & {"task", "task_params"} else []
 
 

@@ -41,14 +41,17 @@ from .ops import (
     mean_blocks, mean_keys, moe_params, op_active_params, op_kv_elements, op_params,
     op_projection_flops, op_seq_flops, op_state_bytes, op_state_elements,
 )
+from ..metrics import COST_METRICS
 from .sheet import (
-    COST_FIELDS, DEFAULT_SEQ_LEN, DTYPE_BYTES, CostSheet, ExtraCost, Figures, OpCost, ProjectionFlops,
+    DEFAULT_SEQ_LEN, DTYPE_BYTES, CostSheet, ExtraCost, Figures, OpCost, ProjectionFlops,
     cost, embedding_params, figures_at, norm_params, projection_flops, sheet_value, train_flops_at,
     unique_params,
 )
 
+COST_FIELDS = COST_METRICS  # TEMPORARY until runners/report/data.py reads COST_METRICS
+
 __all__ = [
-    "COST_FIELDS", "CostSheet", "Counts", "ExtraCost", "Figures", "OpCost", "ProjectionFlops",
+    "COST_METRICS", "CostSheet", "Counts", "ExtraCost", "Figures", "OpCost", "ProjectionFlops",
     "DEFAULT_SEQ_LEN", "DTYPE_BYTES", "cost", "counts", "embedding_params", "figures_at", "layer_choices",
     "mean_blocks", "mean_keys", "mixer_settings", "moe_params", "norm_params",
     "op_active_params", "op_kv_elements", "op_params", "op_projection_flops",

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..elastic import expected, phases
+from ..metrics import COST_METRICS
 from ..plan import check_loops, max_loops
 from ..rules import rules_of
 from ..spec import ArchSpec, MoESpec, NoFFNSpec, Spec, SwitchSpec
@@ -286,27 +287,15 @@ def _num(x):
     return int(x) if isinstance(x, float) and x.is_integer() else x
 
 
-# A cost metric (a space's objective or constraint name) → the fields of CostSheet.to_dict()
-# it sums. The one map: the sweep prices candidates with it, the report reads records with it.
-COST_FIELDS = {
-    "projection_flops": ("projection_flops_per_token",),
-    "forward_flops": ("forward_flops_per_token",),
-    "seq_mixing_flops": ("seq_mixing_flops_per_token",),
-    "kv_bytes": ("kv_cache_bytes", "state_bytes"),
-    "kv_cache_bytes": ("kv_cache_bytes",),
-    "state_bytes": ("state_bytes",),
-    "unique_params": ("unique_params",),
-    "non_embedding_params": ("non_embedding_params",),
-    "train_flops": ("train_flops_per_token",),
-}
 _WHOLE_SHEET = {"unique_params", "non_embedding_params", "train_flops"}  # the same at every k
 
 
 def sheet_value(sheet: dict, metric: str, k: int | None = None) -> float:
-    """Cost metric ``metric`` of a priced spec (``CostSheet.to_dict()``) at elastic loop
-    count ``k`` (None: each region's own T). KeyError for an unknown metric or k."""
+    """Cost metric ``metric`` (:data:`nas.metrics.COST_METRICS`) of a priced spec
+    (``CostSheet.to_dict()``) at elastic loop count ``k`` (None: each region's own T).
+    KeyError for an unknown metric or k."""
     figures = sheet if k is None or metric in _WHOLE_SHEET else sheet["per_k"][str(k)]
-    return float(sum(figures[f] for f in COST_FIELDS[metric]))
+    return float(sum(figures[f] for f in COST_METRICS[metric].fields))
 
 
 def _figures_dict(f: Figures) -> dict:

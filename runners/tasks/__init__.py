@@ -18,11 +18,10 @@ from runners.tasks.hop_induction import HopInduction
 from runners.tasks.lm import ByteTokenizer, HFTokenizer, LMTask, load_tokenizer, pack
 from runners.tasks.mqar import MQAR, ZOOLOGY_TEST, ZOOLOGY_TRAIN
 from runners.tasks.pointer_chase import PointerChase
-from runners.tasks.state_tracking import CURRICULUM_STAGES, Curriculum, StateTracking
+from runners.tasks.state_tracking import Curriculum, StateTracking
 from runners.tasks.word_problem import PermutationWordProblem, permutation_table
 
 __all__ = [
-    "CURRICULUM_STAGES",
     "IGNORE_INDEX",
     "MQAR",
     "SPLITS",

@@ -32,6 +32,7 @@ from typing import Iterable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
+from nas.proxy import check_lm
 from runners.tasks.base import (
     IGNORE_INDEX,
     SPLITS,
@@ -51,7 +52,6 @@ _FORMATS = {
     ".csv": "csv",
 }
 _COMPRESSIONS = {".gz", ".bz2", ".xz", ".zst", ".lz4"}
-_SAMPLE_BY = ("line", "paragraph", "document")
 _DOCS_PER_CALL = 1024
 
 
@@ -226,18 +226,7 @@ class LMTask:
         streaming: bool = False,
         cache_dir: str | None = None,
     ) -> None:
-        if (data_files is None) == (dataset is None):
-            raise ValueError("give exactly one of data_files and dataset")
-        if seq_len < 1:
-            raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-        if not 0.0 < eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
-        if sample_by not in _SAMPLE_BY:
-            raise ValueError(f"sample_by must be one of {_SAMPLE_BY}, got {sample_by!r}")
-        if streaming and max_tokens is None:
-            raise ValueError("streaming needs max_tokens (the stream is read up to it)")
-        if max_tokens is not None and max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        check_lm(data_files, dataset, seq_len, eval_fraction, sample_by, streaming, max_tokens)
         common = dict(
             tokenizer=tokenizer,
             text_field=text_field,

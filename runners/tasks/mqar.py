@@ -38,6 +38,7 @@ from typing import ClassVar, Union
 
 import torch
 
+from nas.proxy import ZOOLOGY_TEST, ZOOLOGY_TRAIN, Settings, check_mqar
 from runners.tasks.base import (
     IGNORE_INDEX,
     accuracy_metrics,
@@ -46,12 +47,6 @@ from runners.tasks.base import (
     split_generator,
 )
 
-Settings = tuple[tuple[int, int, int], ...]
-# zoology/experiments/mqar_example_configs/original_mqar_configs.py (vocab 8192)
-ZOOLOGY_TRAIN: Settings = ((64, 4, 100_000), (128, 8, 20_000), (256, 16, 20_000),
-                           (256, 32, 20_000), (256, 64, 20_000))
-ZOOLOGY_TEST: Settings = ((64, 4, 1_000), (64, 8, 1_000), (64, 16, 1_000), (128, 32, 1_000),
-                          (256, 64, 1_000), (512, 128, 1_000), (1024, 256, 1_000))
 _SPLIT_SALT = {"train": 0x7A11, "eval": 0x7E57}
 
 
@@ -71,36 +66,10 @@ class MQAR:
     name: ClassVar[str] = "mqar"
 
     def __post_init__(self) -> None:
-        for field, preset in (("train_settings", ZOOLOGY_TRAIN), ("test_settings", ZOOLOGY_TEST)):
-            value = getattr(self, field)
-            if isinstance(value, str):
-                if value != "zoology":
-                    raise ValueError(f"{field} must be 'zoology' or (seq_len, num_kv_pairs, "
-                                     f"num_examples) triples, got {value!r}")
-                value = preset
-            if value is not None:
-                value = tuple(tuple(int(x) for x in s) for s in value)
-                if not value or any(len(s) != 3 or s[2] < 1 for s in value):
-                    raise ValueError(f"{field} must be non-empty (seq_len, num_kv_pairs, "
-                                     f"num_examples) triples with num_examples >= 1, got {value}")
-                for length, k, _ in value:
-                    self._check_setting(length, k, field)
-            object.__setattr__(self, field, value)
-        if (self.train_settings is None) != (self.test_settings is None):
-            raise ValueError("give train_settings and test_settings together (or neither)")
-        self._check_setting(self.seq_len, self.num_kv_pairs, "seq_len/num_kv_pairs")
-        if self.train_settings and self.seq_len < max(s[0] for s in self.train_settings):
-            raise ValueError(f"seq_len ({self.seq_len}) must hold the longest train setting "
-                             f"({max(s[0] for s in self.train_settings)})")
-        if self.power_a <= 0:
-            raise ValueError(f"power_a must be > 0, got {self.power_a}")
-
-    def _check_setting(self, length: int, k: int, field: str) -> None:
-        if not 1 <= k <= self.num_keys - int(self.zoology):
-            raise ValueError(f"{field}: need 1 <= num_kv_pairs <= {self.num_keys - int(self.zoology)} "
-                             f"(the key half of vocab_size={self.vocab_size}), got {k}")
-        if length < 4 * k:
-            raise ValueError(f"{field}: seq_len must be >= 4 * num_kv_pairs = {4 * k}, got {length}")
+        train, test = check_mqar(self.vocab_size, self.seq_len, self.num_kv_pairs, self.power_a,
+                                 self.zoology, self.train_settings, self.test_settings)
+        object.__setattr__(self, "train_settings", train)
+        object.__setattr__(self, "test_settings", test)
 
     @property
     def num_keys(self) -> int:

@@ -44,7 +44,7 @@ from typing import ClassVar, Optional, Union
 
 import torch
 
-from nas.proxy import hop_counts
+from nas.proxy import check_pointer_chase, hop_counts
 from runners.tasks.base import (
     IGNORE_INDEX,
     accuracy_metrics,
@@ -81,18 +81,10 @@ class PointerChase:
     name: ClassVar[str] = "pointer_chase"
 
     def __post_init__(self) -> None:
-        if self.max_k < 1:
-            raise ValueError(f"max_k must be >= 1, got {self.max_k}")
-        if self.num_nodes <= self.max_k:
-            raise ValueError(f"num_nodes must exceed max_k={self.max_k} (else σ^k(q) can be q), "
-                             f"got {self.num_nodes}")
+        object.__setattr__(self, "k", self.k if isinstance(self.k, (int, str)) else tuple(self.k))
+        check_pointer_chase(self.num_nodes, self.num_queries, self.k, self.max_k)
         if self.num_queries is None:
             object.__setattr__(self, "num_queries", self.num_nodes)
-        if not 1 <= self.num_queries <= self.num_nodes:
-            raise ValueError(f"num_queries must be in 1..num_nodes={self.num_nodes} (queries are "
-                             f"distinct), got {self.num_queries}")
-        object.__setattr__(self, "k", self.k if isinstance(self.k, (int, str)) else tuple(self.k))
-        hop_counts(self.k, self.max_k)
 
     @property
     def ks(self) -> tuple[int, ...]:

@@ -64,7 +64,7 @@ from typing import ClassVar
 
 import torch
 
-from nas.proxy import check_state_tracking
+from nas.proxy import CURRICULUM_STAGES, check_curriculum, check_state_tracking
 from runners.tasks.base import (
     IGNORE_INDEX,
     accuracy_metrics,
@@ -73,8 +73,6 @@ from runners.tasks.base import (
     register_task,
     split_generator,
 )
-
-CURRICULUM_STAGES = (8, 16, 32, 64, 128, 256)
 
 
 @register_task("state_tracking")
@@ -195,14 +193,7 @@ class Curriculum:
     index: int = 0
 
     def __post_init__(self) -> None:
-        if not self.stages or any(b <= a for a, b in zip(self.stages, self.stages[1:])):
-            raise ValueError(f"stages must be non-empty and increasing, got {self.stages}")
-        if self.stages[0] < 2 or any(n % 2 for n in self.stages):
-            raise ValueError(f"stages must be even and >= 2, got {self.stages}")
-        if self.metric not in ("last_acc", "acc", "seq_acc"):
-            raise ValueError(f"metric must be 'last_acc', 'acc' or 'seq_acc', got {self.metric!r}")
-        if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        check_curriculum(self.stages, self.threshold, self.metric)
 
     @property
     def done(self) -> bool:

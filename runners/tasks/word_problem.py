@@ -28,6 +28,7 @@ from typing import ClassVar
 
 import torch
 
+from nas.proxy import check_s5
 from runners.tasks.base import accuracy_metrics, check_batch_size, register_task, split_generator
 
 
@@ -55,10 +56,7 @@ class PermutationWordProblem:
     name: ClassVar[str] = "s5"
 
     def __post_init__(self) -> None:
-        if self.seq_len < 1:
-            raise ValueError(f"seq_len must be >= 1, got {self.seq_len}")
-        if not 2 <= self.degree <= 6:
-            raise ValueError(f"degree must be in 2..6, got {self.degree}")
+        check_s5(self.seq_len, self.degree)
 
     @property
     def vocab_size(self) -> int:

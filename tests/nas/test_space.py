@@ -175,7 +175,7 @@ def test_set_path_creates_and_deletes():
 
 @pytest.mark.parametrize("name", space_names())
 def test_shipped_spaces_load_and_every_grid_point_is_a_valid_spec(name):
-    from runners.sweep.driver import _grid
+    from runners.sweep.study import _grid
 
     space = load_space(space_path(name))
     if space.spec.oneshot is not None:  # its points: every placement at every loop count
