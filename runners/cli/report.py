@@ -6,8 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from . import app
 from .common import SeqLenOpt, UsageError, console
@@ -15,24 +13,21 @@ from .common import SeqLenOpt, UsageError, console
 ExpArg = Annotated[Path, typer.Argument(help="Experiment directory written by `loopnas sweep`.", show_default=False)]
 
 
-def front_table(exp) -> Table:
-    """The front, cheapest projection compute first; the knee marked ★. The quality and
-    serving objectives have a column each; cost objectives appear among the cost columns."""
+def front_table(exp):
+    """The front (``runners.results.table.front_table``, as status prints it) with the knee
+    marked ★ and each member's unique parameters, inference memory and, where no objective
+    is projection compute, its projection FLOPs per token."""
     from nas.units import nbytes, si
-    from runners.report.page import plural, value_text
-    measured = [o for o in exp.objectives if o.quality] + [o for o in exp.objectives if o.serving]
-    table = Table(title=f"{escape(exp.record.name)}: Pareto front ({len(exp.front)} of "
-                        f"{plural(len(exp.rows), 'point')}; ★ knee)")
-    table.add_column("trial", no_wrap=True)
-    for col in (*(o.name for o in measured), "proj FLOPs/tok", "params", f"memory@{exp.seq_len}"):
-        table.add_column(escape(col), justify="right", no_wrap=True)
-    table.add_column("architecture", ratio=1, min_width=20)
-    for i in sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label)):
-        r = exp.rows[i]
-        table.add_row(escape(r.label) + (" ★" if i == exp.knee else ""),
-                      *(escape(value_text(o, r.values[o.name])) for o in measured),
-                      si(r.compute), si(r.params), nbytes(r.memory), escape(r.summary))
-    return table
+    from runners.report.page import plural
+    from runners.results.table import front_table as table
+
+    rows = exp.members
+    extra = {} if any(o.metric == "projection_flops" for o in exp.objectives) else \
+        {"proj FLOPs/tok": [si(r.compute) for r in rows]}
+    extra |= {"params": [si(r.params) for r in rows], f"memory@{exp.seq_len}": [nbytes(r.memory) for r in rows]}
+    title = f"{exp.record.name}: Pareto front ({len(exp.front)} of {plural(len(exp.points), 'point')}; ★ knee)"
+    return table(exp.front_entries(), exp.objectives, noisy=exp.record.seeds > 1, title=title,
+                 knee=exp.front.index(exp.knee) if exp.knee is not None else None, extra=extra)
 
 
 def write_problem(exc: OSError, what: str, then: str) -> str:
@@ -73,7 +68,11 @@ def _report(experiment: Path, seq_len: int | None) -> None:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(exp.counts.items())) or "no trials yet"
     console.print(f"{exp.record.name}: {counts}", highlight=False, markup=False)
     if exp.rows:
+        from runners.results.table import noise_line
+
         console.print(front_table(exp))
+        if exp.noise:
+            console.print(noise_line(exp.front_entries(), exp.noise), highlight=False, markup=False)
     else:
         console.print("no complete trials with evaluated points yet: the report has no charts")
     for line in exp.excluded:

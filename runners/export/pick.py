@@ -1,24 +1,23 @@
 """Which trial of an experiment to export: by id, or picked from the Pareto front.
 
-Every complete trial contributes its points (an elastic trial one per evaluated loop
-count ``k``), each with a value for every objective of the experiment. ``knee`` is the
-front's knee (:func:`nas.pareto.knee_point`); ``best-quality`` the best value of the proxy's
-quality objective, ``cheapest`` the best value of the first cost-model objective (the first
+The experiment is the read-model's (:func:`runners.results.experiment.load`): every
+complete trial with a spec contributes its points (an elastic trial one per evaluated loop
+count ``k``), each with a finite value for every objective. ``knee`` is the front's knee
+(:func:`nas.pareto.knee_point`); ``best-quality`` the best value of the proxy's quality
+objective, ``cheapest`` the best value of the first cost-model objective (the first
 measured serving cost when there is none), each with ties broken by the remaining
 objectives in order (so both lie on the front).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
-
 from nas.errors import LoopnasError
-from nas.pareto import knee_point
-from runners.results.front import cost_objectives, front as pareto_points
+from runners.results import experiment
+from runners.results.experiment import Experiment, TrialPoint
+from runners.results.front import cost_objectives
 from runners.results.records import (
     ExperimentRecord, Objective, RecordError, TrialRecord, read_experiment, read_trials,
 )
@@ -31,15 +30,9 @@ class ExportError(LoopnasError):
     """A request the export cannot satisfy: one line for the user."""
 
 
-@dataclass(frozen=True)
-class Candidate:
-    trial: TrialRecord
-    k: int | None
-    values: dict[str, float]
-
-    @property
-    def label(self) -> str:
-        return self.trial.id if self.k is None else f"{self.trial.id} at k={self.k}"
+def label(point: TrialPoint) -> str:
+    """A point as the export names it: ``t0004``, ``t0004 at k=2``."""
+    return point.trial.id if point.k is None else f"{point.trial.id} at k={point.k}"
 
 
 @dataclass(frozen=True)
@@ -62,31 +55,18 @@ def read(exp_dir: str | Path, problems: list | None = None) -> tuple[ExperimentR
         raise ExportError(str(exc)) from None
 
 
-def candidates(objectives: list[Objective], trials: list[TrialRecord]) -> list[Candidate]:
-    """Points of complete trials that carry a finite value for every objective."""
-    names = [o.name for o in objectives]
-    out = []
-    for t in trials:
-        if t.status != "complete" or t.arch is None:
-            continue
-        for p in t.points:
-            if all(n in p.values and math.isfinite(p.values[n]) for n in names):
-                out.append(Candidate(t, p.k, {n: p.values[n] for n in names}))
-    return out
-
-
-def _lexicographic(cands: list[Candidate], order: list[Objective]) -> int:
+def _lexicographic(points: list[TrialPoint], order: list[Objective]) -> int:
     sign = {"minimize": 1.0, "maximize": -1.0}
-    keys = [tuple(sign[o.direction] * c.values[o.name] for o in order) for c in cands]
-    return min(range(len(cands)), key=lambda i: (keys[i], i))
+    keys = [tuple(sign[o.direction] * p.values[o.name] for o in order) for p in points]
+    return min(range(len(points)), key=lambda i: (keys[i], i))
 
 
-def pick_index(cands: list[Candidate], objectives: list[Objective], pick: Pick) -> tuple[int, str]:
-    """Index of the picked candidate and the rule that picked it, in words."""
+def pick_index(exp: Experiment, pick: Pick) -> tuple[int, str]:
+    """Index (into ``exp.points``) of the picked point and the rule that picked it, in words."""
+    objectives = exp.objectives
     if pick == "knee":
-        values = np.array([[c.values[o.name] for o in objectives] for c in cands])
         names = ", ".join(f"{o.name} ({o.direction})" for o in objectives)
-        return knee_point(values, [o.direction for o in objectives]), f"the knee of the Pareto front over {names}"
+        return exp.knee, f"the knee of the Pareto front over {names}"
     quality = [o for o in objectives if o.quality]
     first = quality if pick == "best-quality" else cost_objectives(objectives)
     if not first:
@@ -94,36 +74,42 @@ def pick_index(cands: list[Candidate], objectives: list[Objective], pick: Pick) 
         raise ExportError(f"--pick {pick}: the experiment has no {kind} objective")
     order = [first[0]] + [o for o in objectives if o is not first[0]]
     word = "best" if pick == "best-quality" else "lowest"
-    return _lexicographic(cands, order), f"the {word} {first[0].name} ({first[0].direction}), ties broken by the other objectives"
+    return _lexicographic(exp.points, order), f"the {word} {first[0].name} ({first[0].direction}), ties broken by the other objectives"
 
 
 def choose(exp_dir: str | Path, trial: str | None = None, pick: Pick | None = None) -> Choice:
     """The trial to export: ``trial`` by id, or ``pick`` over the experiment's points."""
-    exp, trials = read(exp_dir)
+    try:
+        exp = experiment.load(exp_dir, admit=lambda t: t.arch is not None)  # only a trial with a spec is exported
+    except (FileNotFoundError, RecordError) as exc:
+        raise ExportError(str(exc)) from None
     if (trial is None) == (pick is None):
         raise ExportError("give exactly one of --trial ID or --pick knee|best-quality|cheapest")
-    cands = candidates(exp.objectives, trials)
-    front = tuple(p.trial if p.k is None else f"{p.trial} at k={p.k}"
-                  for p in pareto_points([t for t in trials if t.arch is not None], exp.objectives))
+    front = tuple(label(p) for p in exp.members)
     if trial is not None:
-        found = next((t for t in trials if t.id == trial), None)
+        found = next((t for t in exp.trials if t.id == trial), None)
         if found is None:
-            known = ", ".join(t.id for t in trials[:8]) + (", ..." if len(trials) > 8 else "")
+            known = ", ".join(t.id for t in exp.trials[:8]) + (", ..." if len(exp.trials) > 8 else "")
             raise ExportError(f"no trial {trial!r} in {exp_dir} (trials: {known or 'none'})")
         if found.arch is None:
             raise ExportError(f"trial {trial} has no architecture (status {found.status})")
-        mine = [c for c in cands if c.trial.id == trial]
-        return Choice(exp, found, None, f"trial {trial}, chosen by id (--trial)",
-                      mine[-1].values if mine else {}, front)
+        mine = [p for p in exp.points if p.trial.id == trial]
+        return Choice(exp.record, found, None, f"trial {trial}, chosen by id (--trial)",
+                      _objectives(mine[-1], exp.objectives) if mine else {}, front)
     if pick not in PICKS:
         raise ExportError(f"--pick must be one of {', '.join(PICKS)} (got {pick!r})")
-    if not cands:
+    if not exp.points:
         raise ExportError(f"{exp_dir} has no complete trial with a value for every objective "
                           f"({', '.join(o.name for o in exp.objectives)})")
-    i, how = pick_index(cands, exp.objectives, pick)
-    c = cands[i]
-    return Choice(exp, c.trial, c.k, f"{c.label}, picked by --pick {pick}: {how}, among "
-                  f"{len(cands)} points of complete trials", c.values, front)
+    i, how = pick_index(exp, pick)
+    p = exp.points[i]
+    return Choice(exp.record, p.trial, p.k, f"{label(p)}, picked by --pick {pick}: {how}, among "
+                  f"{len(exp.points)} points of complete trials", _objectives(p, exp.objectives), front)
+
+
+def _objectives(point: TrialPoint, objectives: list[Objective]) -> dict[str, float]:
+    """The point's value of each objective (a point's record may hold other metrics too)."""
+    return {o.name: point.values[o.name] for o in objectives}
 
 
 def at_scale(exp_dir: str | Path, pick: str) -> tuple[Path, str]:
@@ -148,4 +134,4 @@ def at_scale(exp_dir: str | Path, pick: str) -> tuple[Path, str]:
     return root / f"scale-{label}", rule
 
 
-__all__ = ["Pick", "PICKS", "ExportError", "Candidate", "Choice", "at_scale", "candidates", "pick_index", "choose"]
+__all__ = ["Pick", "PICKS", "ExportError", "Choice", "at_scale", "label", "pick_index", "choose"]

@@ -1,52 +1,32 @@
 """What a report shows, computed from an experiment directory; no plotting here.
 
-A *row* is one point of a ``complete`` trial: a plain trial gives one, an elastic trial one
-per evaluated loop count ``k``. The front is taken over the experiment's objectives (all of
-them, in their directions) with :mod:`nas.pareto`; the charts also draw the 2-D front of
-quality against each cost axis.
+The experiment is the read-model's (:mod:`runners.results.experiment`: its points, front,
+knee and noise); the report adds each point's cost sheet (a *row*: one point of a
+``complete`` trial whose cost sheet it can draw, an elastic trial one per evaluated loop
+count ``k``), the 2-D front of quality against each cost axis, the hypervolume as trials
+complete and the rank agreement of the rungs.
 """
 from __future__ import annotations
 
 import math
-import os
-from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from nas.cost import COST_FIELDS, sheet_value
-from nas.noise import front_candidates, kendall_tau, p_front
-from nas.pareto import hypervolume, knee_point, pareto_front
-from runners.results.front import (
-    FrontPoint, mark_ties, noise_sentence, replicate_rows, replicate_seeds,
-)
-from runners.results.records import (
-    TRIALS, ExperimentRecord, Objective, TrialRecord, Unreadable, arch_problem, read_experiment, read_index,
-    read_record, read_trials, trial_path, undigest,
-)
+from nas.noise import front_candidates, kendall_tau
+from nas.pareto import hypervolume, pareto_front
+from runners.results import experiment
+from runners.results.experiment import TrialPoint, WHOLE, read_candidates, trial_files
+from runners.results.records import Objective, TrialRecord, read_experiment
 
 
 @dataclass(frozen=True)
-class Row:
+class Row(TrialPoint):
     """One (quality, cost) point of a complete trial, with its cost sheet at ``k``."""
 
-    trial: TrialRecord
-    k: int | None
-    values: dict[str, float]  # every objective, by name (replicate means)
-    sheet: dict  # the cost sheet's figures at k (and unique_params)
-    se: dict[str, float] = field(default_factory=dict)  # standard errors; missing: unknown
-    n: int = 1  # replicates
-    p_front: float | None = None  # probability of being on the front (None: noise unknown)
-    tied: bool | None = None  # a front member within seed noise of a neighbour
-
-    @property
-    def label(self) -> str:
-        return self.trial.id if self.k is None else f"{self.trial.id} k={self.k}"
-
-    @property
-    def summary(self) -> str:
-        return self.trial.summary or (self.trial.arch or {}).get("name", "?")
+    sheet: dict = field(default_factory=dict)  # the cost sheet's figures at k (and unique_params)
 
     @property
     def compute(self) -> float:
@@ -72,39 +52,12 @@ class Row:
         return float(self.values[key])
 
 
-@dataclass
-class Experiment:
-    record: ExperimentRecord
-    trials: list[TrialRecord]
-    seq_len: int
-    rows: list[Row] = field(default_factory=list)
-    excluded: list[str] = field(default_factory=list)  # why a complete trial's point is left out
-    front: list[int] = field(default_factory=list)  # indices into rows
-    knee: int | None = None  # index into rows
-    noise: str = ""  # one sentence: are the front's differences beyond seed noise?
-    dir: Path | None = None  # the experiment directory
+class Experiment(experiment.Experiment):
+    """The read-model as the report draws it: its points are :class:`Row` s."""
 
     @property
-    def objectives(self) -> list[Objective]:
-        return self.record.objectives
-
-    @property
-    def directions(self) -> list[str]:
-        return [o.direction for o in self.objectives]
-
-    @property
-    def quality(self) -> Objective:
-        """The y-axis: the proxy's quality objective (the first objective if there is none,
-        e.g. serving costs against cost-model ones)."""
-        return next((o for o in self.objectives if o.quality), self.objectives[0])
-
-    @property
-    def counts(self) -> Counter:
-        return Counter(t.status for t in self.trials)
-
-    def matrix(self, rows: list[Row] | None = None) -> np.ndarray:
-        rows = self.rows if rows is None else rows
-        return np.array([[r.values[o.name] for o in self.objectives] for r in rows], dtype=float)
+    def rows(self) -> list[Row]:
+        return self.points  # type: ignore[return-value]
 
 
 def _sheet_at(cost: dict, k: int | None) -> dict:
@@ -146,11 +99,6 @@ def _bad_sheet(cost: dict) -> str:
                 return f"{where}{name} = {figures.get(name)!r}"
     train = cost.get("train_flops_per_token")
     return "" if train is None or _count(train) else f"train_flops_per_token = {train!r}"
-
-
-def _bad_arch(trial: TrialRecord) -> str:
-    """Why the trial's canonical spec does not validate (the report draws and reprices it), or ''."""
-    return arch_problem(trial.arch)
 
 
 def non_dominated(values, directions: list[str]) -> np.ndarray:
@@ -197,24 +145,8 @@ def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) ->
             excluded.append(f"{label}: " + "; ".join(
                 [f"no {n}" for n in missing] + [f"{n} = {values[n]}" for n in bad]))
             continue
-        rows.append(Row(trial, p.k, values, sheet, dict(p.se), p.n))
+        rows.append(Row(trial, p.k, values, dict(p.se), p.n, sheet=sheet))
     return rows, excluded
-
-
-def _read_trials(exp_dir: str | Path, full: bool) -> tuple[list[TrialRecord], dict[str, str], list[str]]:
-    """Every readable trial record, each canonical spec's problem by trial id, and what was
-    unreadable, named, not fatal. ``full``: the records themselves (their specs are
-    repriced); else their digests (``runners.results.records.read_index``: incremental, and
-    no spec or replicate rungs in memory)."""
-    problems: list[Unreadable] = []
-    if full:
-        trials = read_trials(exp_dir, problems=problems)
-        bad = {t.id: _bad_arch(t) for t in trials if t.status == "complete"}
-    else:
-        digests = read_index(exp_dir, problems=problems, more=True)
-        trials = [undigest(d, more=True) for d in digests]
-        bad = {d["id"]: d["more"].get("arch_problem", "") for d in digests}
-    return trials, bad, [f"{p.path.name}: unreadable record ({p.why})" for p in problems]
 
 
 def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
@@ -223,15 +155,17 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
     ``seq_len`` reprices every trial's cost sheet (the memory axis, the front table) at
     another context from its canonical spec; objective values stay as the sweep recorded
     them. By default the sheets are taken as written, at the experiment's context. Past
-    :data:`WHOLE` trials (and not repricing) the records are read as their digests
-    (``runners.results.records.read_index``): a row's ``trial`` has no spec or replicate
-    rungs, except on the front, whose trials are read whole (diagrams, rung metrics).
+    :data:`~runners.results.experiment.WHOLE` trials (and not repricing) the records are
+    read as their digests (``runners.results.records.read_index``): a row's ``trial`` has no
+    spec or replicate rungs, except on the front, whose trials are read whole (diagrams,
+    rung metrics).
     """
     record = read_experiment(exp_dir)
     reprice = seq_len is not None and seq_len != record.seq_len
-    full = reprice or _trial_files(Path(exp_dir)) <= WHOLE
-    trials, bad, unreadable = _read_trials(exp_dir, full)
-    exp = Experiment(record, trials, seq_len or record.seq_len, excluded=unreadable, dir=Path(exp_dir))
+    whole = reprice or trial_files(Path(exp_dir)) <= WHOLE
+    trials, bad, unreadable = read_candidates(exp_dir, whole)
+    exp = Experiment(record, trials, excluded=[f"{p.path.name}: unreadable record ({p.why})" for p in unreadable],
+                     dir=Path(exp_dir), seq_len=seq_len or record.seq_len)
     for trial in exp.trials:
         if trial.status != "complete":
             continue
@@ -240,61 +174,12 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
             continue
         cost = _reprice(trial, exp.seq_len) if reprice else trial.cost
         rows, excluded = _rows(trial, exp.objectives, cost)
-        exp.rows += rows
+        exp.points += rows
         exp.excluded += excluded
-    if exp.rows:
-        _noise(exp)
-        values = exp.matrix()
-        exp.knee = exp.front[knee_point(values[exp.front], exp.directions)]
-        if not full:
-            _whole(exp)
+    exp.rank()
+    if not whole:
+        exp.read_whole(exp.front)
     return exp
-
-
-WHOLE = 2000  # trials up to which the report reads every record whole
-
-
-def _trial_files(exp_dir: Path) -> int:
-    try:
-        return sum(1 for e in os.scandir(exp_dir / TRIALS) if e.name.startswith("t") and e.name.endswith(".json"))
-    except OSError:
-        return 0
-
-
-def _whole(exp: Experiment) -> None:
-    """The front's rows with their whole trial records (spec, rung metrics) in place of digests."""
-    whole: dict[str, TrialRecord] = {}
-    for i in exp.front:
-        tid = exp.rows[i].trial.id
-        if tid not in whole:
-            rec, _ = read_record(trial_path(exp.dir, tid), TrialRecord)
-            whole[tid] = rec if rec is not None else exp.rows[i].trial
-        exp.rows[i] = replace(exp.rows[i], trial=whole[tid])
-
-
-def _noise(exp: Experiment) -> None:
-    """The front, each row's p_front, the front members' ties and the noise sentence
-    (runners.results.front). Only the rows that can reach the front are resampled and ranked
-    (``nas.noise.front_candidates``); every other row's p_front is 0."""
-    reps = [replicate_rows(r.trial, r.k, exp.objectives, r.values) for r in exp.rows]
-    seeds = [replicate_seeds(r.trial, r.k) for r in exp.rows]
-    near = front_candidates(reps, exp.directions, seeds=seeds)
-    exp.front = near[pareto_front(exp.matrix()[near], exp.directions)].tolist()  # the front of the means is near
-    probs: list[float | None] = [None] * len(exp.rows)
-    if max(len(r) for r in reps) > 1:  # noise known somewhere: every row has a p_front
-        some = p_front([reps[i] for i in near], exp.directions, draws=1000, seeds=[seeds[i] for i in near])
-        probs = [0.0] * len(exp.rows)
-        for i, p in zip(near, some):
-            probs[i] = float(p)
-    order = sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label))
-    column = [o.name for o in exp.objectives].index(exp.quality.name)
-    members = mark_ties([FrontPoint(exp.rows[i].label, exp.rows[i].k, exp.rows[i].values, None,
-                                    exp.rows[i].se, exp.rows[i].n) for i in order], exp.quality.name,
-                        [(reps[i][:, column].tolist(), seeds[i]) for i in order])
-    tied = {i: m.tied for i, m in zip(order, members)}
-    exp.rows = [replace(r, p_front=probs[i], tied=tied.get(i)) for i, r in enumerate(exp.rows)]
-    exp.noise = noise_sentence(members, exp.quality.name if exp.quality.quality else None,
-                               exp.record.seeds)
 
 
 def front_2d(exp: Experiment, x: str, direction: str = "minimize") -> list[int]:
@@ -388,5 +273,5 @@ def rank_agreement(exp: Experiment) -> list[Agreement]:
     return out
 
 
-__all__ = ["Agreement", "Experiment", "Row", "completion_order", "front_2d",
+__all__ = ["Agreement", "Experiment", "Row", "WHOLE", "completion_order", "front_2d",
            "hypervolume_history", "kendall_tau", "load", "non_dominated", "rank_agreement"]

@@ -11,6 +11,8 @@ from html import escape
 
 from nas.units import nbytes, si
 
+from runners.results.table import value_text
+
 from .data import Experiment, Row
 
 CSS = """
@@ -105,20 +107,6 @@ def cost_items(row: Row) -> list[tuple[str, str]]:
     return items
 
 
-def value_text(objective, value: float) -> str:
-    """An objective's value in its unit: quality as measured, bytes, ms, tokens/s, counts."""
-    metric = objective.metric
-    if objective.quality:
-        return f"{value:.4g}"
-    if metric.endswith("bytes"):
-        return nbytes(value)
-    if metric == "decode_latency_ms":
-        return f"{value:.4g} ms"
-    if metric.endswith("tokens_per_s"):
-        return f"{si(value)} tok/s"
-    return si(value)
-
-
 def metric_items(exp: Experiment, row: Row) -> list[tuple[str, str]]:
     items = [(o.name, value_text(o, row.values[o.name]) + (f" ± {row.se[o.name]:.2g}" if row.se.get(o.name) else ""))
              for o in exp.objectives]
@@ -137,10 +125,9 @@ PAGE = 25  # front rows shown open; the rest in closed pages of as many (a brows
 
 
 def front_table(exp: Experiment, diagrams: dict[str, str | None]) -> str:
-    order = sorted(exp.front, key=lambda i: (exp.rows[i].compute, exp.rows[i].label))
     head = "<tr><th>trial</th><th>architecture</th><th>cost</th><th>metrics</th><th>diagram</th></tr>"
     body, drawn = [], {}
-    for i in order:
+    for i in exp.front:  # in cost order
         r = exp.rows[i]
         knee = ' class="knee"' if i == exp.knee else ""
         params = ", ".join(f"{k}={v}" for k, v in r.trial.params.items())

@@ -3,18 +3,26 @@ trial contributes one point per loop count), ranked by ``nas.pareto`` on replica
 with each point's seed noise (``nas.noise``): its standard errors, its probability of being
 on the front (a bootstrap paired by seed), and whether a front member is within noise of its
 neighbours (``nas.noise.compare``: a paired t-test over shared seeds at
-``nas.noise.TIE_ALPHA``, Welch's where seeds are not shared)."""
+``nas.noise.TIE_ALPHA``, Welch's where seeds are not shared).
+
+:func:`rank` is the one computation of a front, :func:`in_cost_order` its one order: the
+experiment read-model (``runners.results.experiment``), :func:`front`, status, the report,
+export's ``--pick`` and the sweep's progress line all go through them."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 
-from nas.noise import TIE_ALPHA, PairTest, compare, p_front
+from nas.noise import TIE_ALPHA, PairTest, compare, front_candidates, p_front
 from nas.pareto import pareto_front
 
 from .records import Objective, TrialRecord
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,58 +54,100 @@ def cost_key(objectives: list[Objective]) -> str:
     return (cost_objectives(objectives) or objectives)[0].name
 
 
-def replicate_rows(record: TrialRecord, k: int | None, objectives: list[Objective],
-                   values: dict[str, float]) -> np.ndarray:
-    """``(n, M)``: one row per complete replicate of ``record`` at loop count ``k``, its
-    measured objectives as it measured them and the rest from ``values`` (known exactly).
-    A record without replicates gives the one row ``values``."""
-    rows = []
-    for rep in record.replicates:
-        point = next((p for p in rep.points if p.k == k), None)
-        if rep.status == "complete" and point is not None:
-            rows.append([point.values.get(o.name, values[o.name]) if o.measured else values[o.name]
-                         for o in objectives])
-    return np.array(rows or [[values[o.name] for o in objectives]], dtype=float)
+def in_cost_order(items: Iterable[T], objectives: list[Objective],
+                  values: Callable[[T], Mapping[str, float]] = lambda x: x.values) -> list[T]:
+    """``items`` (points, given in trial-number order and each trial's points as recorded) in
+    the front's order: by the value of :func:`cost_key`, ascending; ties keep their order.
+    The one order of a front, wherever it is shown."""
+    key = cost_key(objectives)
+    return sorted(items, key=lambda x: values(x)[key])
 
 
-def replicate_seeds(record: TrialRecord, k: int | None) -> list[int] | None:
-    """The seed of each row :func:`replicate_rows` gives (None: a record without replicates)."""
-    seeds = [rep.seed for rep in record.replicates
-             if rep.status == "complete" and any(p.k == k for p in rep.points)]
-    return seeds or None
+def finite_values(values: Mapping[str, float | None], names: Sequence[str]) -> bool:
+    """Whether ``values`` has a finite number for each of ``names``: a point that can be ranked."""
+    return all(values.get(n) is not None and math.isfinite(values[n]) for n in names)
 
 
-def front_probabilities(reps: list[np.ndarray], directions: list[str],
-                        seeds: list[list[int] | None] | None = None) -> list[float | None]:
-    """``nas.noise.p_front`` of each point (paired by seed where every point shares its seeds),
-    or None for all when no point has two replicates. 1,000 draws however many points: the
-    bootstrap resamples only the points that can reach the front, so a point's p_front does
-    not depend on how many dominated points the experiment holds."""
-    if not reps or max(len(r) for r in reps) < 2:
-        return [None] * len(reps)
-    return p_front(reps, directions, draws=1000, seeds=seeds).tolist()
+def replicate_rows(replicates: Iterable, k: int | None, objectives: list[Objective],
+                   values: Mapping[str, float]) -> tuple[np.ndarray, list[int] | None]:
+    """``(n, M)`` and the seed of each row: one row per complete replicate that evaluated
+    loop count ``k``, its measured objectives as it measured them and the rest from
+    ``values`` (known exactly). ``replicates``: ``(seed, status, [(k, values), ...])`` of
+    each (:func:`replicates_of` a record; a digest's ``reps`` give them directly). None for
+    seeds, and the one row ``values``, when no replicate has a result (a record without
+    replicates)."""
+    fixed = [values[o.name] for o in objectives]
+    measured = [(i, o.name) for i, o in enumerate(objectives) if o.measured]
+    rows, seeds = [], []
+    for seed, status, points in replicates:
+        if status != "complete":
+            continue
+        for pk, rep in points:
+            if pk == k:
+                row = fixed.copy()
+                for i, n in measured:
+                    if n in rep:
+                        row[i] = rep[n]
+                rows.append(row)
+                seeds.append(seed)
+                break
+    return np.array(rows or [fixed], dtype=float), seeds or None
+
+
+def replicates_of(record: TrialRecord) -> list[tuple[int, str, list[tuple[int | None, dict]]]]:
+    """A record's replicates as :func:`replicate_rows` reads them."""
+    return [(r.seed, r.status, [(p.k, p.values) for p in r.points]) for r in record.replicates]
 
 
 def quality_name(objectives: list[Objective]) -> str | None:
     return next((o.name for o in objectives if o.quality), None)
 
 
-def mark_ties(members: list[FrontPoint], quality: str | None,
-              samples: list[tuple[list[float], list[int] | None]]) -> list[FrontPoint]:
-    """Members (in cost order) with ``next_pair`` (the test against the next member) and
-    ``tied`` set: within seed noise of a neighbour. ``samples[i]``: member i's replicate
-    qualities and their seeds."""
+@dataclass(frozen=True)
+class Ranking:
+    """The front of N points: ``front`` their indices in :func:`in_cost_order`, each point's
+    ``p_front`` (0 for one that cannot reach the front; None for all where no point has two
+    replicates), and for each member, in front order, ``tied`` (within seed noise of a
+    neighbour; None: unknown) and ``pairs`` (its test against the next member)."""
+
+    front: list[int]
+    p_front: list[float | None]
+    tied: list[bool | None]
+    pairs: list[PairTest | None]
+
+
+def rank(values: Sequence[Mapping[str, float]], reps: list[np.ndarray], seeds: list[list[int] | None],
+         objectives: list[Objective]) -> Ranking:
+    """The front of the points whose objective ``values`` (replicate means, finite),
+    replicate rows and seeds (:func:`replicate_rows`) are given, in trial-number order.
+    Only the points that can reach the front (``nas.noise.front_candidates``) are ranked
+    and resampled, 1,000 draws however many points: a point's p_front does not depend on
+    how many dominated points the experiment holds."""
+    if not values:
+        return Ranking([], [], [], [])
+    directions = [o.direction for o in objectives]
+    near = front_candidates(reps, directions, seeds=seeds)
+    matrix = np.array([[values[i][o.name] for o in objectives] for i in near], dtype=float)
+    members = in_cost_order(near[pareto_front(matrix, directions)].tolist(), objectives, lambda i: values[i])
+    probs: list[float | None] = [None] * len(values)
+    if max(len(r) for r in reps) > 1:  # noise known somewhere: every point has a p_front
+        some = p_front([reps[i] for i in near], directions, draws=1000, seeds=[seeds[i] for i in near])
+        probs = [0.0] * len(values)
+        for i, p in zip(near, some):
+            probs[i] = float(p)
+    quality = quality_name(objectives)
     if quality is None or len(members) < 2:
-        return members
+        return Ranking(members, probs, [None] * len(members), [None] * len(members))
+    column = [o.name for o in objectives].index(quality)
+    samples = [_samples(reps[i], seeds[i], column) for i in members]
     pairs = [compare(samples[i][0], samples[i + 1][0], samples[i][1], samples[i + 1][1])
              for i in range(len(members) - 1)]
     apart = [p.separated() for p in pairs]
-    out = []
-    for i, m in enumerate(members):
-        near = [apart[j] for j in (i - 1, i) if 0 <= j < len(apart)]
-        tied = None if any(t is None for t in near) else not all(near)
-        out.append(replace(m, tied=tied, next_pair=pairs[i] if i < len(pairs) else None))
-    return out
+    tied = []
+    for i in range(len(members)):
+        near_pairs = [apart[j] for j in (i - 1, i) if 0 <= j < len(apart)]
+        tied.append(None if any(t is None for t in near_pairs) else not all(near_pairs))
+    return Ranking(members, probs, tied, [*pairs, None])
 
 
 def _samples(reps: np.ndarray, seeds: list[int] | None, column: int) -> tuple[list[float], list[int] | None]:
@@ -106,26 +156,22 @@ def _samples(reps: np.ndarray, seeds: list[int] | None, column: int) -> tuple[li
 
 
 def front(records: list[TrialRecord], objectives: list[Objective]) -> list[FrontPoint]:
-    """The non-dominated points of the replicate means, sorted by :func:`cost_key`, each
-    with its ``p_front`` and ``tied`` flag."""
-    by_id = {r.id: r for r in records}
-    points = [p for p in all_points(records)
-              if all(o.name in p.values and math.isfinite(p.values[o.name]) for o in objectives)]
-    if not points:
-        return []
-    directions = [o.direction for o in objectives]
-    reps = [replicate_rows(by_id[p.trial], p.k, objectives, p.values) for p in points]
-    seeds = [replicate_seeds(by_id[p.trial], p.k) for p in points]
-    probs = front_probabilities(reps, directions, seeds)
-    values = [[p.values[o.name] for o in objectives] for p in points]
-    key = cost_key(objectives)
-    idx = sorted(pareto_front(values, directions), key=lambda i: points[i].values[key])
-    members = [replace(points[i], p_front=probs[i]) for i in idx]
-    quality = quality_name(objectives)
-    if quality is None:
-        return members
-    column = [o.name for o in objectives].index(quality)
-    return mark_ties(members, quality, [_samples(reps[i], seeds[i], column) for i in idx])
+    """The non-dominated points of the replicate means of ``records`` (:func:`rank`), in
+    cost order, each with its ``p_front`` and ``tied`` flag."""
+    names = [o.name for o in objectives]
+    points, reps, seeds = [], [], []
+    for r in records:
+        if r.status != "complete":
+            continue
+        for p in r.points:
+            if finite_values(p.values, names):
+                rows, s = replicate_rows(replicates_of(r), p.k, objectives, p.values)
+                points.append(FrontPoint(r.id, p.k, p.values, r.summary, dict(p.se), p.n))
+                reps.append(rows)
+                seeds.append(s)
+    ranked = rank([p.values for p in points], reps, seeds, objectives)
+    return [replace(points[i], p_front=ranked.p_front[i], tied=t, next_pair=pair)
+            for i, t, pair in zip(ranked.front, ranked.tied, ranked.pairs)]
 
 
 def noise_sentence(members: list[FrontPoint], quality: str | None, seeds: int) -> str:
@@ -154,5 +200,5 @@ def noise_sentence(members: list[FrontPoint], quality: str | None, seeds: int) -
             f"seed noise ({how}); {tied} {'is' if tied == 1 else 'are'} within it.")
 
 
-__all__ = ["FrontPoint", "all_points", "cost_key", "cost_objectives", "front", "front_probabilities", "mark_ties",
-           "noise_sentence", "quality_name", "replicate_rows", "replicate_seeds"]
+__all__ = ["FrontPoint", "Ranking", "all_points", "cost_key", "cost_objectives", "finite_values", "front",
+           "in_cost_order", "noise_sentence", "quality_name", "rank", "replicate_rows", "replicates_of"]
