@@ -21,7 +21,10 @@ that differ only in it differ beyond seed noise.
   seed) block), exact where the relabellings can be counted, never below the design's
   floor; ``p_adjusted``: Holm's adjustment over every test this calibration makes (each
   axis and each context, at every budget and loop count: the *family*); ``separates``:
-  adjusted p < 0.01 and effect > 3 s.e. The same per context is in ``contexts``.
+  :data:`RULE` (adjusted p below :data:`ALPHA`, effect above :data:`MIN_SE` s.e.). The same
+  per context is in ``contexts``.
+- **Output**: calibration.md, the terminal (``loopnas calibrate``) and the report show the
+  same :func:`table` and :data:`RULE`.
 - **Rank agreement across budgets**: Kendall τ of the candidates' mean quality at the
   first budget against each other budget.
 """
@@ -31,7 +34,7 @@ import itertools
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
@@ -42,6 +45,8 @@ from nas.space import Space, _label
 
 CALIBRATION = "calibration"
 ALPHA, MIN_SE = 0.01, 3.0
+"""The rule an axis must pass to separate (:data:`RULE`, :func:`_separates`): the one place its
+numbers are written."""
 FAMILY = "every axis and context tested, at every budget and loop count"
 RULE = (f"an axis separates when its Holm-adjusted p < {ALPHA:g} (a permutation test, paired by seed where every "
         f"candidate holds the same seeds) and its effect exceeds {MIN_SE:g} standard errors of seed noise")
@@ -161,7 +166,7 @@ class Calibration(BaseModel):
 
 def design(space: Space, max_points: int = 48) -> tuple[str, list[dict[str, Any]]]:
     """The parameter sets to train (as Optuna labels): the full grid, or one at a time."""
-    from runners.sweep.driver import _grid
+    from runners.sweep.study import _grid
 
     grid = _grid(space)
     size = math.prod(len(v) for v in grid.values())
@@ -526,19 +531,23 @@ def write(cal: Calibration, out: Path) -> list[Path]:
 COLUMNS = ("parameter", "context", "levels: mean ± s.e.", "effect", "s.e.", "p", "p adj.", "separates")
 
 
-def rows(axes: list[AxisResult]) -> list[tuple[bool, tuple[str, ...]]]:
-    """The calibration table of one budget (the markdown's and the terminal's): per axis a
-    row over all contexts (``True``: the axis row), then one per context when there are
-    several, each with its levels' means ± standard errors."""
+def table(axes: list[AxisResult], strong: Callable[[str], str] = str,
+          escape: Callable[[str], str] = str) -> list[tuple[str, ...]]:
+    """The calibration table of one budget under :data:`COLUMNS`, as calibration.md, the
+    terminal and the report all show it, each in its own markup: per axis a row over all
+    contexts, then one per context when there are several, each with its levels' means ±
+    standard errors. Every cell goes through ``escape``; an axis row's parameter and a
+    "yes" (it separates, by :data:`RULE`) are also ``strong``."""
     out = []
     for a in axes:
         one = a.contexts[0] if len(a.contexts) == 1 else None
-        out.append((True, (a.param, "all", levels_text(one) if one else "", _f(a.effect), _f(a.se),
-                           _p(a), _f(a.p_adjusted), "yes" if a.separates else "no")))
+        cells = [escape(c) for c in (a.param, "all", levels_text(one) if one else "", _f(a.effect), _f(a.se),
+                                     _p(a), _f(a.p_adjusted))]
+        out.append((strong(cells[0]), *cells[1:], strong("yes") if a.separates else "no"))
         for c in a.contexts if len(a.contexts) > 1 else []:
             ctx = ", ".join(f"{k}={_label(v)}" for k, v in c.context.items()) or "—"
-            out.append((False, (a.param, ctx, levels_text(c), _f(c.effect), _f(c.se), _p(c), _f(c.p_adjusted),
-                                "yes" if c.separates else "no")))
+            out.append((*(escape(x) for x in (a.param, ctx, levels_text(c), _f(c.effect), _f(c.se), _p(c),
+                                              _f(c.p_adjusted))), "yes" if c.separates else "no"))
     return out
 
 
@@ -575,10 +584,7 @@ def markdown(cal: Calibration) -> str:
         for title, axes in sections:
             lines += ([title, ""] if title else []) + [
                 "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-            for axis_row, cells in rows(axes):
-                if axis_row:
-                    cells = (f"**{cells[0]}**", *cells[1:-1], "**yes**" if cells[-1] == "yes" else "no")
-                lines.append("| " + " | ".join(cells) + " |")
+            lines += ["| " + " | ".join(cells) + " |" for cells in table(axes, strong=lambda s: f"**{s}**")]
             lines += [""] + [f"- `{a.param}`: {a.verdict}" for a in axes] + [""]
         lines += _raw_table(cal, b.multiple)
     for r in cal.rank_agreement:
@@ -627,7 +633,7 @@ def _f(x: float | None) -> str:
 
 
 def figure(cal: Calibration, path: Path) -> Path:
-    """Per axis (and context): the effect with 3 s.e. of seed noise drawn beside it."""
+    """Per axis (and context): the effect with MIN_SE s.e. of seed noise drawn beside it."""
     from matplotlib.figure import Figure
 
     from runners.checkpoint import save_figure
@@ -682,5 +688,5 @@ def find(exp_dir: Path, space: dict[str, Any] | None = None) -> Calibration | No
     return cal
 
 
-__all__ = ["CALIBRATION", "RULE", "space_key", "Calibration", "RawValue", "analyse", "analyse_raw", "design", "find", "markdown", "run_calibration",
+__all__ = ["ALPHA", "CALIBRATION", "COLUMNS", "MIN_SE", "RULE", "space_key", "table", "Calibration", "RawValue", "analyse", "analyse_raw", "design", "find", "markdown", "run_calibration",
            "scaled", "write"]

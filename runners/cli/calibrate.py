@@ -13,7 +13,7 @@ from rich.table import Table
 from nas.errors import LoopnasError
 
 from . import app
-from .common import EngineOpt, OldEngineOpt, OutOpt, SpaceArg, UsageError, console, console_err, pick_engine
+from .common import EngineOpt, OutOpt, SpaceArg, UsageError, console, console_err, pick_engine
 
 
 MAX_BUDGETS = 8
@@ -79,22 +79,19 @@ def _all_failed(cal) -> str | None:
 
 
 def print_calibration(cal) -> None:
-    from runners.calibrate import COLUMNS, rows
+    from runners.calibrate import COLUMNS, RULE, table
 
     tables = [(b, k, axes) for b in cal.budgets for k, axes in [(None, b.axes), *b.per_k.items()]]
     for budget, k, axes in tables:
         at = "" if k is None else f", elastic trials at k = {k}"
-        table = Table(title=f"{cal.space}: can the proxy see each axis? ({cal.candidates} candidates × "
+        shown = Table(title=f"{cal.space}: can the proxy see each axis? ({cal.candidates} candidates × "
                             f"{cal.seeds} seeds, {cal.metric}, {budget.steps} steps{at})")
         for name in COLUMNS:
-            table.add_column(name, justify="right" if name in ("effect", "s.e.", "p") else "left")
-        for axis_row, cells in rows(axes):
-            if axis_row:
-                cells = (*(escape(c) for c in cells[:-1]), "[bold green]yes[/]" if cells[-1] == "yes" else "no")
-            else:
-                cells = ("", *(escape(c) for c in cells[1:]))
-            table.add_row(*cells)
-        console.print(table)
+            shown.add_column(name, justify="right" if name in ("effect", "s.e.", "p") else "left")
+        for cells in table(axes, strong=lambda s: f"[bold]{s}[/]", escape=escape):
+            shown.add_row(*cells)
+        console.print(shown)
+    console.print(f"{RULE[0].upper() + RULE[1:]} (Holm over {cal.looks} tests).", markup=False, highlight=False)
     for a in cal.axes:
         console.print(f"{a.param}: {a.verdict}", markup=False, highlight=False)
     for r in cal.rank_agreement:
@@ -113,14 +110,14 @@ def calibrate_cmd(
     budgets: Annotated[str, typer.Option("--budgets", help="Multiples of the proxy's steps to train at, e.g. 1,2,4.")] = "1",
     engine: EngineOpt = None,
     address: Annotated[str | None, typer.Option("--address", help="Join an existing Ray cluster (auto or host:port).")] = None,
-    backend: OldEngineOpt = None,
 ) -> None:
     """Train every candidate of a space's grid (or one parameter at a time, for large
     spaces) with several seeds, and say per parameter whether candidates that differ only
     in it differ beyond seed noise.
 
     The test: a permutation test paired by seed, exact where countable, Holm-adjusted over
-    every test made; an axis separates at adjusted p < 0.01 with an effect > 3 s.e. Writes OUT/budget-*x/ (experiment directories; rerunning resumes them),
+    every test made; an axis separates when its adjusted p and its effect in standard errors
+    of seed noise pass the rule printed with the tables. Writes OUT/budget-*x/ (experiment directories; rerunning resumes them),
     calibration.json, calibration.md and calibration.png. Default OUT:
     runs/<space name>/calibration, where a sweep's report finds it.
 
@@ -149,7 +146,7 @@ def calibrate_cmd(
     made = [p for p in (where, *where.parents) if not os.path.lexists(p)]
     try:
         cal = run_calibration(loaded, where, seeds=seeds or (loaded.spec.proxy.seeds if loaded.spec.proxy.seeds > 1 else 3), budgets=multiples,
-                              backend=pick_engine(engine, backend) or DEFAULT_BACKEND, address=address)
+                              backend=pick_engine(engine) or DEFAULT_BACKEND, address=address)
     except KeyboardInterrupt:
         console.print(f"interrupted: run the same command again to continue ({where})")
         raise typer.Exit(130) from None

@@ -45,8 +45,6 @@ class Engine(str, Enum):
 EngineOpt = Annotated[Engine | None, typer.Option(
     "--engine", help="What runs the trials: optuna (local worker processes, the default) or ray (Ray Tune: "
                      "a local instance, or a cluster with --address).", show_default=False)]
-# --backend names the model backend (auto, torch, fla) of train and bench
-OldEngineOpt = Annotated[str | None, typer.Option("--backend", hidden=True, help="Deprecated: --engine.")]
 
 
 def token_count(tokens: float | None) -> int | None:
@@ -58,16 +56,9 @@ def token_count(tokens: float | None) -> int | None:
     return int(tokens)
 
 
-def pick_engine(given: Engine | None, old: str | None = None) -> str | None:
-    """``--engine`` as a plain name, or its deprecated spelling ``--backend`` with one line on
-    stderr."""
-    if old is None:
-        return None if given is None else Engine(given).value
-    if given is not None:
-        raise UsageError("give --engine only (--backend is its deprecated spelling)")
-    console_err.print("warning: --backend is deprecated here: use --engine (--backend is the model backend "
-                      "of train and bench)", markup=False, highlight=False)
-    return old
+def pick_engine(given: Engine | None) -> str | None:
+    """``--engine`` as a plain name (None: not given)."""
+    return None if given is None else Engine(given).value
 
 
 def spec_path(spec: Path) -> Path:

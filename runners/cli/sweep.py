@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from . import app
-from .common import EngineOpt, OldEngineOpt, OutOpt, SeedsOpt, SpaceArg, UsageError, console, console_err, pick_engine
+from .common import EngineOpt, OutOpt, SeedsOpt, SpaceArg, UsageError, console, console_err, pick_engine
 
 
 def check_counts(seeds: int | None, trials: int | None = None) -> None:
@@ -65,7 +65,6 @@ def sweep_cmd(
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted sweep in --out.")] = False,
     address: Annotated[str | None, typer.Option("--address", help="Join an existing Ray cluster (auto or host:port).")] = None,
     seeds: SeedsOpt = None,
-    backend: OldEngineOpt = None,
     track: TrackOpt = None,
 ) -> None:
     """Search a space and write an experiment directory (default runs/<space name>).
@@ -101,7 +100,7 @@ def sweep_cmd(
         return written[-1]
 
     try:
-        path = run_sweep(loaded, out=out, backend=pick_engine(engine, backend) or DEFAULT_BACKEND, trials=trials,
+        path = run_sweep(loaded, out=out, backend=pick_engine(engine) or DEFAULT_BACKEND, trials=trials,
                          resume=resume, address=address, seeds=seeds, track=[t.value for t in track or []],
                          report=report_once)
     except KeyboardInterrupt:

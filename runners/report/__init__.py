@@ -127,7 +127,7 @@ def _calibration(exp: Experiment) -> str:
     ``EXP/calibration/`` or the space's default calibration directory."""
     from html import escape
 
-    from runners.calibrate import CALIBRATION, COLUMNS, RULE, find, rows
+    from runners.calibrate import CALIBRATION, COLUMNS, RULE, find, table
 
     space = exp.record.space
     cal = (find(exp.dir, space) if exp.dir else None) or find(Path("runs") / exp.record.name, space)
@@ -135,9 +135,8 @@ def _calibration(exp: Experiment) -> str:
         return ""
     budget = cal.budgets[-1]
     head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{'<b>' + escape(c) + '</b>' if axis and i in (0, len(cells) - 1) else escape(c)}</td>"
-                                    for i, c in enumerate(cells)) + "</tr>"
-                   for axis, cells in rows(budget.axes))
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+                   for cells in table(budget.axes, strong=lambda s: f"<b>{s}</b>", escape=escape))
     verdicts = "".join(f"<li><code>{escape(a.param)}</code>: {escape(a.verdict)}</li>" for a in budget.axes)
     return (f"<p>{cal.candidates} candidates × {cal.seeds} seeds at {budget.steps} steps on "
             f"{escape(cal.metric)} (<code>{CALIBRATION}/calibration.md</code>; {escape(RULE)}; "
