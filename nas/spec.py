@@ -187,15 +187,8 @@ class Mamba2Spec(Spec):
     chunk_size: PositiveInt | None = Field(None, description="the SSD scan's chunk, a kernel setting "
                                            "(same results to round-off); None: chosen from T on CPU "
                                            "(builders.ops.linear.chunk_size_for), fla's own default "
-                                           "on the fla backend")
-
-    @field_validator("chunk_size")
-    @classmethod
-    def _old_default(cls, value: int | None) -> int | None:
-        # 256 was the default written into every canonical spec, record and checkpoint before
-        # None; it meant "fla's default, chosen from T on CPU", so it reads as None: old
-        # specs build as they did and hash like new ones
-        return None if value == 256 else value
+                                           "on the fla backend; a spec stored before issue #21 "
+                                           "reads through migrate_arch")
 
 
 class AttnSpec(Spec):
@@ -717,3 +710,23 @@ class ArchSpec(Spec):
     def L(self) -> int:
         assert self.layers is not None, "lower() the spec first"
         return len(self.layers)
+
+
+def migrate_arch(data: Any) -> Any:
+    """A spec as a record or checkpoint stored it (a ``model_dump``), brought to today's
+    before it is validated; the one migration of stored specs, each step named by the issue
+    that changed what a stored value means:
+
+    - issue #21: ``Mamba2Spec.chunk_size`` defaulted to 256 and every canonical spec wrote
+      it out, meaning "fla's default, chosen from T on CPU"; that is ``None`` now. A spec
+      stored before #21 (an old checkpoint's fingerprint) so builds, and compares, as it did.
+
+    A spec a person writes is read as written: there ``chunk_size: 256`` is a chunk of 256."""
+    if isinstance(data, dict):
+        out = {k: migrate_arch(v) for k, v in data.items()}
+        if out.get("kind") == "mamba2" and out.get("chunk_size") == 256:
+            out["chunk_size"] = None
+        return out
+    if isinstance(data, list | tuple):
+        return type(data)(migrate_arch(v) for v in data)
+    return data
