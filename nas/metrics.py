@@ -4,15 +4,19 @@
   ``CostSheet.to_dict()`` it sums (:func:`nas.cost.sheet_value`): the sweep prices
   candidates with it, the report reads records with it;
 - :data:`SERVING_METRICS`: what ``runners.bench`` measures on a trained model;
+- :data:`DEFAULT_SEQ_LEN`: the context a metric is priced at when nothing names one;
 - :class:`ObjectiveRole`: quality, serving cost or cost-model value, from an objective's
   ``measured`` and ``serving``; a space's objectives (:class:`nas.space.ObjectiveSpec`) and
   an experiment's records (``runners.results.records.Objective``) both answer with it.
 
-No imports: ``validate`` and ``status`` read it without loading the cost model.
+No imports: ``validate``, ``status`` and the command line read it without loading the cost model.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
+
+DEFAULT_SEQ_LEN = 1024
+"""The context length cost metrics are priced at when neither the call nor the space names one."""
 
 
 class CostMetric(NamedTuple):
@@ -58,4 +62,4 @@ class ObjectiveRole:
         return self.measured and not self.serving
 
 
-__all__ = ["COST_METRICS", "SERVING_METRICS", "CostMetric", "ObjectiveRole"]
+__all__ = ["DEFAULT_SEQ_LEN", "COST_METRICS", "SERVING_METRICS", "CostMetric", "ObjectiveRole"]

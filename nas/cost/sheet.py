@@ -6,14 +6,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..elastic import expected, phases
-from ..metrics import COST_METRICS
+from ..metrics import COST_METRICS, DEFAULT_SEQ_LEN
 from ..plan import check_loops, max_loops
 from ..rules import rules_of
 from ..spec import ArchSpec, MoESpec, NoFFNSpec, Spec, SwitchSpec
 from .counting import _CACHE, Counts, _key, counts, layer_choices, mixer_settings
 from .ops import op_active_params, op_kv_elements, op_params, op_seq_flops, op_state_bytes
 
-DEFAULT_SEQ_LEN = 1024
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 

@@ -10,6 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from nas.metrics import DEFAULT_SEQ_LEN
 from nas.units import nbytes, si
 
 from . import app
@@ -33,8 +34,6 @@ class Dtype(str, Enum):
     fp32 = "fp32"
 
 
-DEFAULT_SEQ_LEN = 1024  # = nas.cost.DEFAULT_SEQ_LEN (tests/runners/cli/test_cli_basic.py); not imported, so that
-# commands without costs (status) start without the cost model
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Bytes per cached element.")]
 
 

@@ -88,14 +88,6 @@ def test_validate_and_show_do_not_import_heavy_libraries():
     assert result == {"codes": [0, 0, 0], "heavy": []}
 
 
-def test_cost_default_seq_len_is_the_cost_models():
-    """runners.cli.cost keeps a copy, so that other commands (status) start without nas.cost."""
-    from nas.cost import DEFAULT_SEQ_LEN
-    from runners.cli.cost import DEFAULT_SEQ_LEN as CLI_DEFAULT
-
-    assert CLI_DEFAULT == DEFAULT_SEQ_LEN
-
-
 @pytest.mark.parametrize("argv", [["frobnicate"], ["validate"], ["show"], ["show", "--bogus", "x"],
                                   ["show", "tiny_elr", "tiny_noloop"]],
                          ids=["unknown-command", "validate-no-arg", "show-no-arg", "bad-option",
