@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from nas.cost import COST_FIELDS, sheet_value
-from nas.noise import front_candidates, kendall_tau
+from nas.noise import kendall_tau
 from nas.pareto import hypervolume, pareto_front
 from runners.results import experiment
 from runners.results.experiment import TrialPoint, WHOLE, read_candidates, trial_files
+from runners.results.front import non_dominated
 from runners.results.records import Objective, TrialRecord, read_experiment
 
 
@@ -99,25 +100,6 @@ def _bad_sheet(cost: dict) -> str:
                 return f"{where}{name} = {figures.get(name)!r}"
     train = cost.get("train_flops_per_token")
     return "" if train is None or _count(train) else f"train_flops_per_token = {train!r}"
-
-
-def non_dominated(values, directions: list[str]) -> np.ndarray:
-    """``nas.pareto.pareto_front`` of many points: the same indices, by a sort (two
-    objectives) or a sweep instead of every pair (``nas.noise.front_candidates`` of single
-    replicates is the front itself)."""
-    values = np.asarray(values, dtype=float)
-    if not len(values):
-        return np.zeros(0, dtype=int)
-    if values.shape[1] != 2:
-        return np.sort(front_candidates([v[None] for v in values], directions))
-    f = values * np.array([1.0 if d == "minimize" else -1.0 for d in directions])
-    o = np.lexsort((f[:, 1], f[:, 0]))
-    x, y = f[o, 0], f[o, 1]
-    start = np.r_[True, x[1:] != x[:-1]]  # groups of equal x, each sorted by y
-    first = np.flatnonzero(start)
-    group = np.cumsum(start) - 1
-    before = np.r_[np.inf, np.minimum.accumulate(y)[first[1:] - 1]]  # least y at a smaller x
-    return np.sort(o[~((before[group] <= y) | (y[first][group] < y))])
 
 
 def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) -> tuple[list[Row], list[str]]:

@@ -18,8 +18,6 @@ from typing import TypeVar
 import numpy as np
 
 from nas.noise import TIE_ALPHA, PairTest, compare, front_candidates, p_front
-from nas.pareto import pareto_front
-
 from .records import Objective, TrialRecord
 
 T = TypeVar("T")
@@ -128,7 +126,7 @@ def rank(values: Sequence[Mapping[str, float]], reps: list[np.ndarray], seeds: l
     directions = [o.direction for o in objectives]
     near = front_candidates(reps, directions, seeds=seeds)
     matrix = np.array([[values[i][o.name] for o in objectives] for i in near], dtype=float)
-    members = in_cost_order(near[pareto_front(matrix, directions)].tolist(), objectives, lambda i: values[i])
+    members = in_cost_order(near[non_dominated(matrix, directions)].tolist(), objectives, lambda i: values[i])
     probs: list[float | None] = [None] * len(values)
     if max(len(r) for r in reps) > 1:  # noise known somewhere: every point has a p_front
         some = p_front([reps[i] for i in near], directions, draws=1000, seeds=[seeds[i] for i in near])
@@ -148,6 +146,26 @@ def rank(values: Sequence[Mapping[str, float]], reps: list[np.ndarray], seeds: l
         near_pairs = [apart[j] for j in (i - 1, i) if 0 <= j < len(apart)]
         tied.append(None if any(t is None for t in near_pairs) else not all(near_pairs))
     return Ranking(members, probs, tied, [*pairs, None])
+
+
+def non_dominated(values, directions: list[str]) -> np.ndarray:
+    """``nas.pareto.pareto_front`` (its dominance: no worse in every objective, better in
+    one; duplicates all kept), the same indices, by a sort (two objectives) or a sweep
+    instead of every pair (``nas.noise.front_candidates`` of single replicates is the front
+    itself): the front of every front this package computes."""
+    values = np.asarray(values, dtype=float)
+    if not len(values):
+        return np.zeros(0, dtype=int)
+    if values.shape[1] != 2:
+        return np.sort(front_candidates([v[None] for v in values], directions))
+    f = values * np.array([1.0 if d == "minimize" else -1.0 for d in directions])
+    o = np.lexsort((f[:, 1], f[:, 0]))
+    x, y = f[o, 0], f[o, 1]
+    start = np.r_[True, x[1:] != x[:-1]]  # groups of equal x, each sorted by y
+    first = np.flatnonzero(start)
+    group = np.cumsum(start) - 1
+    before = np.r_[np.inf, np.minimum.accumulate(y)[first[1:] - 1]]  # least y at a smaller x
+    return np.sort(o[~((before[group] <= y) | (y[first][group] < y))])
 
 
 def _samples(reps: np.ndarray, seeds: list[int] | None, column: int) -> tuple[list[float], list[int] | None]:
@@ -201,4 +219,4 @@ def noise_sentence(members: list[FrontPoint], quality: str | None, seeds: int) -
 
 
 __all__ = ["FrontPoint", "Ranking", "all_points", "cost_key", "cost_objectives", "finite_values", "front",
-           "in_cost_order", "noise_sentence", "quality_name", "rank", "replicate_rows", "replicates_of"]
+           "in_cost_order", "non_dominated", "noise_sentence", "quality_name", "rank", "replicate_rows", "replicates_of"]

@@ -1,12 +1,9 @@
-"""``run_sweep``: a space in, an experiment directory out, on the chosen backend."""
+"""``run_sweep``: a space in, an experiment directory out, on the chosen engine."""
 from __future__ import annotations
 
-import math
 from contextlib import closing
 from pathlib import Path
 from typing import Any, Callable
-
-import numpy as np
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,8 +13,10 @@ from runners.results.status import SHOWN
 
 from .driver import Sweep, default_out
 
-BACKENDS = ("optuna", "ray")
-DEFAULT_BACKEND = "optuna"  # one machine: no Ray start-up; see benchmarks/bench_sweep.py
+ENGINES = ("optuna", "ray")
+DEFAULT_ENGINE = "optuna"  # one machine: no Ray start-up; see benchmarks/bench_sweep.py
+# the old names, until runners.cli.{sweep,calibrate,transfer} import the new ones (issue #33)
+BACKENDS, DEFAULT_BACKEND = ENGINES, DEFAULT_ENGINE
 
 
 class _Watched(dict):
@@ -37,22 +36,21 @@ class _Line:
     """The progress line: counts by status and the front of the replicate means (no
     bootstrap: p_front is shown by status, report and the end of the sweep), kept up to
     date from the records written since the last message, so a message costs the same at
-    10 candidates as at 10,000."""
+    10 candidates as at 10,000. Its front and order are the experiment's
+    (``runners.results.front``: ``non_dominated``, ``in_cost_order``)."""
 
     def __init__(self, sweep: Sweep):
-        from runners.results.front import cost_key
-
         self.sweep = sweep
         sweep.records = self.records = _Watched(sweep.records)
+        self.objectives = sweep.objectives
         self.names = [o.name for o in sweep.objectives]
-        self.signs = np.array([1.0 if o.direction == "minimize" else -1.0 for o in sweep.objectives])
-        self.key = self.names.index(cost_key(sweep.objectives))
+        self.directions = [o.direction for o in sweep.objectives]
         self.status: dict[str, str] = {}
         self.tally = dict.fromkeys(SHOWN, 0)  # every status but running
         self.running: set[str] = set()
         self.placed: dict[str, list[tuple]] = {}  # record id -> its point keys
-        self.points: dict[tuple, np.ndarray] = {}  # (number, point index, id, k) -> minimised values
-        self.front: dict[tuple, np.ndarray] = {}
+        self.points: dict[tuple, dict[str, float]] = {}  # (number, point index, id, k) -> its values
+        self.front: dict[tuple, dict[str, float]] = {}
 
     def counts(self) -> dict[str, int]:
         """``Sweep.counts``, from the records written since the last call."""
@@ -60,14 +58,14 @@ class _Line:
         while self.records.dirty:
             stale |= self._take(self.records[self.records.dirty.pop()])
         if stale:  # a front member was rewritten (rare): rank every point again
-            self.front = {}
-            for key, f in self.points.items():
-                self._insert(key, f)
+            self.front = self._front(self.points)
         return {**self.tally, "running": sum(1 for rid in self.running  # interrupted ones are queued again
                                              if rid in self.sweep.active or self.records[rid].duplicate_of)}
 
     def text(self, c: dict[str, int]) -> str:
-        best = sorted(self.front, key=lambda k: (self.front[k][self.key] * self.signs[self.key], k))
+        from runners.results.front import in_cost_order
+
+        best = in_cost_order(sorted(self.front), self.objectives, self.front.get)
         shown = ", ".join(f"{k[2]}{'' if k[3] is None else f'@k={k[3]}'}" for k in best[:6])
         parts = [f"{c['complete']} complete", f"{c['running']} running"]
         parts += [f"{c[s]} {s}" for s in SHOWN[2:] if c[s]]
@@ -75,6 +73,8 @@ class _Line:
 
     def _take(self, record) -> bool:
         """Count ``record`` anew and place its points; True when the front must be ranked again."""
+        from runners.results.front import finite_values
+
         old = self.status.get(record.id)
         if old is not None and old != "running":
             self.tally[old] -= 1
@@ -92,20 +92,20 @@ class _Line:
             return stale
         keys = self.placed[record.id] = []
         for n, p in enumerate(record.points):
-            if not all(name in p.values and math.isfinite(p.values[name]) for name in self.names):
-                continue
-            key = (record.number, n, record.id, p.k)
-            f = self.points[key] = np.array([p.values[name] for name in self.names]) * self.signs
-            keys.append(key)
-            if not stale:
-                self._insert(key, f)
+            if finite_values(p.values, self.names):
+                key = (record.number, n, record.id, p.k)
+                self.points[key] = p.values
+                keys.append(key)
+        if not stale and keys:  # the front with these points: O(front), whatever the sweep's size
+            self.front = self._front({**self.front, **{k: self.points[k] for k in keys}})
         return stale
 
-    def _insert(self, key: tuple, f: np.ndarray) -> None:
-        """The front with one more point: it joins unless dominated, and drops what it dominates."""
-        if not any((g <= f).all() and (g < f).any() for g in self.front.values()):
-            self.front = {k: g for k, g in self.front.items() if not ((f <= g).all() and (f < g).any())}
-            self.front[key] = f
+    def _front(self, points: dict[tuple, dict[str, float]]) -> dict[tuple, dict[str, float]]:
+        from runners.results.front import non_dominated
+
+        keys = list(points)
+        values = [[points[k][n] for n in self.names] for k in keys]
+        return {keys[i]: points[keys[i]] for i in non_dominated(values, self.directions)} if keys else {}
 
 
 def _bar(console: Console, progress: bool) -> Progress:
@@ -116,35 +116,39 @@ def _bar(console: Console, progress: bool) -> Progress:
                     console=console, disable=not progress, transient=False)
 
 
-def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend: str = DEFAULT_BACKEND,
+def run_sweep(space: Space | str | Path, out: str | Path | None = None, engine: str = DEFAULT_ENGINE,
               trials: int | None = None, resume: bool = False, address: str | None = None,
               progress: bool = True, seeds: int | None = None, planned: list[dict] | None = None,
-              track: list[str] | None = None, report: Callable[[Path], Any] | None = None) -> Path:
-    """Run (or ``resume``) a sweep; returns the experiment directory. ``seeds`` overrides
+              track: list[str] | None = None, report: Callable[[Path], Any] | None = None,
+              backend: str | None = None) -> Path:
+    """Run (or ``resume``) a sweep on ``engine``; returns the experiment directory. ``seeds`` overrides
     the space's ``proxy.seeds`` (replicates per candidate); ``planned``: a fixed list of
     parameter sets to train instead of sampling (``loopnas calibrate``); ``track``: trackers
     beside the space's ``search.track`` (``runners.track``), given the report ``report(out)``
-    writes (``runners.report.write_report``) once the sweep has ended."""
+    writes (``runners.report.write_report``) once the sweep has ended. ``backend``: the old
+    name of ``engine``, until runners.cli.sweep, runners.calibrate, runners.transfer.run and
+    runners.oneshot.check pass ``engine`` (issue #33)."""
     from runners.track import BACKENDS as TRACKERS
 
     from .driver import SweepError
 
+    engine = backend or engine
     space = space if isinstance(space, Space) else load_space(space)
-    if backend not in BACKENDS:
-        raise SweepError(f"--engine must be one of {', '.join(BACKENDS)} (got {backend!r})")
-    if address and backend != "ray":
+    if engine not in ENGINES:
+        raise SweepError(f"--engine must be one of {', '.join(ENGINES)} (got {engine!r})")
+    if address and engine != "ray":
         raise SweepError("--address joins a Ray cluster: use it with --engine ray")
     if set(track or []) - set(TRACKERS):
         raise SweepError(f"--track must be one of {', '.join(TRACKERS)} (got {', '.join(track)})")
     out = Path(out) if out is not None else default_out(space)
-    if backend == "ray":  # a cluster that does not answer: one line, before the directory is made
+    if engine == "ray":  # a cluster that does not answer: one line, before the directory is made
         from .devices import ray_resources
-        from .ray_backend import check_address
+        from .ray_engine import check_address
         ray_resources(space.spec.search.resources)
         check_address(address)
     if space.spec.oneshot is not None:
-        return _oneshot(space, out, backend, trials, resume, progress, address)
-    sweep = Sweep(space, out, backend, trials=trials, resume=resume, seeds=seeds, planned=planned, track=track)
+        return _oneshot(space, out, engine, trials, resume, progress, address)
+    sweep = Sweep(space, out, engine, trials=trials, resume=resume, seeds=seeds, planned=planned, track=track)
     console = Console(stderr=True)
     if progress:
         console.print(f"{space.name}: experiment {out} · study {sweep.where}", markup=False, highlight=False,
@@ -161,8 +165,8 @@ def run_sweep(space: Space | str | Path, out: str | Path | None = None, backend:
 
         on_change()
         try:
-            if backend == "ray":
-                from .ray_backend import run_ray
+            if engine == "ray":
+                from .ray_engine import run_ray
                 run_ray(sweep, address=address, on_change=on_change)
             else:
                 from .local import run_local
@@ -189,11 +193,11 @@ def _report(write: Callable[[Path], Any] | None, out: Path) -> Path | None:
         return None
 
 
-def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: bool, progress: bool,
+def _oneshot(space: Space, out: Path, engine: str, trials: int | None, resume: bool, progress: bool,
              address: str | None) -> Path:
     """A one-shot space: one supernet trained here, sub-networks evaluated here (see
     :mod:`runners.oneshot.search`), recorded by the same driver; then its self-check trains
-    a spot-check sample stand-alone on ``backend`` (:mod:`runners.oneshot.check`)."""
+    a spot-check sample stand-alone on ``engine`` (:mod:`runners.oneshot.check`)."""
     from runners.oneshot.check import run_check
     from runners.oneshot.search import planned, run_oneshot
     from runners.oneshot.supernet import OneShotError, eval_task, supernet_config
@@ -229,7 +233,7 @@ def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: 
             console.print(f"{space.name}: self-check, the spot-check sample trained stand-alone ({out / 'check'})",
                           markup=False, highlight=False)
         try:
-            check = run_check(space, list(sweep.records.values()), sweep.objectives, out, backend, address, progress)
+            check = run_check(space, list(sweep.records.values()), sweep.objectives, out, engine, address, progress)
         except OneShotError as exc:
             raise SweepError(str(exc)) from None
         console.print(f"one-shot self-check: {check['verdict']}", markup=False, highlight=False, soft_wrap=True)
@@ -238,4 +242,4 @@ def _oneshot(space: Space, out: Path, backend: str, trials: int | None, resume: 
     return out
 
 
-__all__ = ["run_sweep", "BACKENDS", "DEFAULT_BACKEND"]
+__all__ = ["run_sweep", "ENGINES", "DEFAULT_ENGINE"]
