@@ -410,9 +410,11 @@ def scaled(space: Space, multiple: float) -> Space:
     candidate is trained in full) and rungs scaled with it."""
     from dataclasses import replace
 
+    from nas.proxy import BUDGET
+
     proxy = space.spec.proxy
     update: dict[str, Any] = {}
-    for field in ("steps", "tokens"):
+    for field in BUDGET:
         if getattr(proxy, field) is not None:
             update[field] = max(1, round(getattr(proxy, field) * multiple))
     if multiple != 1:

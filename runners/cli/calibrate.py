@@ -130,10 +130,9 @@ def calibrate_cmd(
     from runners.sweep.driver import default_out
     from runners.sweep.run import DEFAULT_BACKEND
 
-    from nas.proxy import MAX_SEEDS
+    from .sweep import check_counts
 
-    if seeds is not None and seeds > MAX_SEEDS:
-        raise UsageError(f"--seeds {seeds}: at most {MAX_SEEDS} seed replicates per candidate (each is a training run)")
+    check_counts(seeds)
     multiples = _budgets(budgets)
     loaded = load_space(space)
     if loaded.spec.oneshot is not None:
