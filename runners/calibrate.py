@@ -7,7 +7,7 @@ that differ only in it differ beyond seed noise.
 - **Design**: every point of the space's grid when it has at most ``max_points`` points,
   else one parameter at a time from a reference point (each parameter's first choice; a
   conditional parameter is varied where its ``when`` holds). Each budget is an ordinary
-  experiment directory (``budget-1x/`` ...), trained by the sweep driver on either backend,
+  experiment directory (``budget-1x/`` ...), trained by the sweep driver on either engine,
   so it resumes and ``loopnas status``/``report`` read it.
 - **Analysis per parameter p**: a *context* is a setting of the other parameters except
   those conditional on p (so "loop boundary" compares none/block/mixer within each mixer,
@@ -426,7 +426,7 @@ def scaled(space: Space, multiple: float) -> Space:
 
 
 def run_calibration(space: Space, out: Path, seeds: int = 3, budgets: tuple[float, ...] = (1.0,),
-                    backend: str = "optuna", resume: bool = False, address: str | None = None,
+                    engine: str = "optuna", resume: bool = False, address: str | None = None,
                     max_points: int = 48, progress: bool = True) -> Calibration:
     """Train the design at every budget (resuming what exists) and analyse it."""
     from runners.sweep.driver import SweepError
@@ -449,7 +449,7 @@ def run_calibration(space: Space, out: Path, seeds: int = 3, budgets: tuple[floa
     for b in budgets:
         d = out / f"budget-{b:g}x"
         exists = (d / "experiment.json").is_file()
-        run_sweep(scaled(space, b), out=d, backend=backend, resume=exists,
+        run_sweep(scaled(space, b), out=d, engine=engine, resume=exists,
                   address=address, progress=progress, seeds=seeds, planned=plan)
         dirs.append(d)
     return analyse(space, dirs, budgets, seeds, kind, len(plan))

@@ -128,7 +128,7 @@ def calibrate_cmd(
     from nas.space import load_space
     from runners.calibrate import CALIBRATION, run_calibration, write
     from runners.sweep.driver import default_out
-    from runners.sweep.run import DEFAULT_BACKEND
+    from runners.sweep.run import DEFAULT_ENGINE
 
     from .sweep import check_counts
 
@@ -145,7 +145,7 @@ def calibrate_cmd(
     made = [p for p in (where, *where.parents) if not os.path.lexists(p)]
     try:
         cal = run_calibration(loaded, where, seeds=seeds or (loaded.spec.proxy.seeds if loaded.spec.proxy.seeds > 1 else 3), budgets=multiples,
-                              backend=pick_engine(engine) or DEFAULT_BACKEND, address=address)
+                              engine=pick_engine(engine) or DEFAULT_ENGINE, address=address)
     except KeyboardInterrupt:
         console.print(f"interrupted: run the same command again to continue ({where})")
         raise typer.Exit(130) from None

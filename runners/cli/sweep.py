@@ -85,7 +85,7 @@ def sweep_cmd(
     from nas.space import load_space
     from runners.sweep.driver import default_out
     from runners.report import write_report
-    from runners.sweep.run import DEFAULT_BACKEND, run_sweep
+    from runners.sweep.run import DEFAULT_ENGINE, run_sweep
 
     from .report import write_problem
 
@@ -100,7 +100,7 @@ def sweep_cmd(
         return written[-1]
 
     try:
-        path = run_sweep(loaded, out=out, backend=pick_engine(engine) or DEFAULT_BACKEND, trials=trials,
+        path = run_sweep(loaded, out=out, engine=pick_engine(engine) or DEFAULT_ENGINE, trials=trials,
                          resume=resume, address=address, seeds=seeds, track=[t.value for t in track or []],
                          report=report_once)
     except KeyboardInterrupt:

@@ -14,8 +14,8 @@ def engine_given(monkeypatch):
     """The engine each command hands its runner; the runner then stops with a known error."""
     given = []
 
-    def stop(*args, backend, **kwargs):
-        given.append(backend)
+    def stop(*args, engine, **kwargs):
+        given.append(engine)
         raise SweepError("stopped here")
 
     for target in COMMANDS.values():
