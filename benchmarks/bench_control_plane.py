@@ -247,7 +247,7 @@ def run_loopnas(engine: str, trials: int, sampler: str, storage: str | None, wor
     cpu0 = time.process_time()
     ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    run.run_sweep(space, out, backend=engine, progress=True)
+    run.run_sweep(space, out, engine=engine, progress=True)
     wall = time.perf_counter() - t0
     ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     records = read_trials(out)

@@ -105,7 +105,7 @@ def overhead(backend: str, trials: int, steps: int, concurrency: int, work: Path
     space = _write_space(data, work, f"overhead_{backend}")
     out = work / f"overhead_{backend}"
     t0 = time.perf_counter()
-    run_sweep(space, out, backend=backend, progress=False)
+    run_sweep(space, out, engine=backend, progress=False)
     wall = time.perf_counter() - t0
     records = read_trials(out)
     done = [r for r in records if r.status == "complete"]
@@ -194,7 +194,7 @@ def early_stopping(full_space, es_space, rungs: list[int], total: int, backend: 
     out = {}
     for label, space in (("full", full_space), ("es", es_space)):
         t0 = time.perf_counter()
-        run_sweep(space, work / f"es_{label}", backend=backend, progress=False)
+        run_sweep(space, work / f"es_{label}", engine=backend, progress=False)
         out[label] = {"dir": work / f"es_{label}", "wall": time.perf_counter() - t0}
     objectives = read_experiment(out["full"]["dir"]).objectives
     seq_len = full_space.spec.seq_len

@@ -158,7 +158,7 @@ def run(space_path: Path, work: Path) -> dict:
     exp = work / "exp"
     cpu0, children0 = time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
-    run_sweep(space, exp, backend="optuna", progress=False)
+    run_sweep(space, exp, engine="optuna", progress=False)
     t1 = time.time()
     write_report(exp)
     t2 = time.time()

@@ -170,7 +170,7 @@ def test_sweep_measures_serving_objectives_per_trial(tmp_path, one_thread):
         search: {sampler: grid, trials: 2, concurrency: 1}
         seq_len: 32
         """))
-    exp = run_sweep(space, out=tmp_path / "exp", backend="optuna", progress=False)
+    exp = run_sweep(space, out=tmp_path / "exp", engine="optuna", progress=False)
     objectives = read_experiment(exp).objectives
     assert [(o.name, o.quality, o.serving) for o in objectives] == [
         ("acc", True, False), ("decode_latency_ms", False, True), ("unique_params", False, False),
@@ -247,7 +247,7 @@ def test_an_elastic_trial_measures_serving_at_each_loop_count(tmp_path, one_thre
         search: {sampler: grid, trials: 1, concurrency: 1}
         seq_len: 16
         """))
-    [record] = read_trials(run_sweep(space, out=tmp_path / "exp", backend="optuna", progress=False))
+    [record] = read_trials(run_sweep(space, out=tmp_path / "exp", engine="optuna", progress=False))
     assert record.status == "complete", record.reason
     assert [p.k for p in record.points] == [1, 2, 3, 4]
     from nas.cost import cost

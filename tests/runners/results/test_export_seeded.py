@@ -45,7 +45,7 @@ def space(tmp_path: Path, seeds: int):
 def sweep(tmp_path_factory):
     """A real two-seed sweep of two tiny candidates (four 4-step runs on CPU)."""
     tmp = tmp_path_factory.mktemp("seeded")
-    return run_sweep(space(tmp, seeds=2), out=tmp / "exp", backend="optuna", progress=False)
+    return run_sweep(space(tmp, seeds=2), out=tmp / "exp", engine="optuna", progress=False)
 
 
 def one_error_line(capsys) -> str:
@@ -155,7 +155,7 @@ def test_replicate_picks_the_seed_index(sweep, tmp_path, capsys):
 def test_one_seed_trials_keep_their_checkpoint(tmp_path, capsys):
     """A one-seed trial (a one-shot or older one too) keeps trials/<id>/checkpoint.pt, and
     has no replicate to choose."""
-    exp = run_sweep(space(tmp_path, seeds=1), out=tmp_path / "exp", backend="optuna", progress=False)
+    exp = run_sweep(space(tmp_path, seeds=1), out=tmp_path / "exp", engine="optuna", progress=False)
     trial = next(t for t in read_trials(exp) if t.status == "complete")
     assert checkpoint_of(exp, trial).is_file() and not (checkpoint_of(exp, trial).parent / "s0").exists()
     out = tmp_path / "one"

@@ -44,7 +44,7 @@ def study(tmp_path_factory):
         proxy: {task: s5, task_params: {seq_len: 4, degree: 2}, steps: 4, batch_size: 4, eval_every: 2, seeds: 2}
         search: {sampler: grid, trials: 3, concurrency: 2}
         """))
-    exp = run_sweep(load_space(path), out=tmp / "exp", backend="optuna", progress=False)
+    exp = run_sweep(load_space(path), out=tmp / "exp", engine="optuna", progress=False)
     from optuna.artifacts import FileSystemArtifactStore
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
