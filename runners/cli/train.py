@@ -51,10 +51,11 @@ def parse_sets(pairs: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def make_config(task: str, steps: int | None, tokens: int | None, seed: int, sets: list[str]):
-    from pydantic import ValidationError
-
+    """The trainer settings of the command line, checked before anything trains
+    (:func:`runners.sweep.preflight.preflight`: the fields, and the task built once)."""
+    from nas.errors import SpecError
+    from runners.sweep.preflight import preflight
     from runners.tasks import task_names
-    from runners.train import TrainConfig
 
     if task not in task_names():
         raise UsageError(f"unknown task {task!r}; known tasks: {', '.join(task_names())}")
@@ -64,18 +65,17 @@ def make_config(task: str, steps: int | None, tokens: int | None, seed: int, set
     data = {"task": task, "steps": steps, "tokens": tokens, "seed": seed,
             "task_params": params, **fields}
     try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise UsageError(f"{where + ': ' if where else ''}{err['msg']}") from None
+        return preflight(data)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def resumed(run: Path, spec, task, steps: int | None, tokens: int | None, sets):
     """The arch and config saved with ``run``'s checkpoint, with a new step or token budget."""
+    from nas.errors import SpecError
     from nas.spec import ArchSpec
     from runners.checkpoint import CHECKPOINT, load
-    from runners.train import TrainConfig
+    from runners.sweep.preflight import preflight
 
     if spec is not None or task is not None or sets:
         raise UsageError("--resume takes the spec and config saved in DIR; give only --steps or --tokens")
@@ -85,25 +85,15 @@ def resumed(run: Path, spec, task, steps: int | None, tokens: int | None, sets):
     ckpt = load(path)
     if "arch" not in ckpt:
         raise UsageError(f"{path} predates --resume (no saved spec and config); rerun it")
-    config = TrainConfig.model_validate(ckpt["config"])
+    try:
+        config = preflight(ckpt["config"])
+    except SpecError as exc:
+        raise UsageError(f"{path}: {exc}") from None
     if steps is not None or tokens is not None:
         if steps is not None and steps < ckpt["step"]:
             raise UsageError(f"--steps {steps} is below the {ckpt['step']} steps already run")
         config = config.model_copy(update={"steps": steps, "tokens": tokens})
     return ArchSpec.model_validate(ckpt["arch"]), config
-
-
-def check_task(config) -> None:
-    """Build the task once, so a bad task parameter is a usage error, not a traceback."""
-    from runners.tasks import Curriculum, make_task
-
-    try:
-        if config.curriculum is not None:
-            Curriculum(config.curriculum.stages, config.curriculum.threshold).task(**config.task_params)
-        else:
-            make_task(config.task, **config.task_params)
-    except (TypeError, ValueError, FileNotFoundError) as exc:
-        raise UsageError(f"task {config.task!r}: {exc}") from None
 
 
 def check_init(path: Path) -> Path:
@@ -190,7 +180,6 @@ def train_cmd(
             config = config.model_copy(update={"checkpoint_every": config.eval_every})
         if init_from is not None:
             config = config.model_copy(update={"init_from": str(check_init(init_from))})
-    check_task(config)
 
     import torch
 

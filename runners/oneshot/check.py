@@ -139,7 +139,7 @@ def run_check(space: Space, records: list[TrialRecord], objectives: list[Objecti
         picked = pick(records, objectives, settings.n)
         planned = check_space(space, picked)
         where = out / CHECK
-        run_sweep(planned, out=where, backend=engine, resume=_resumable(planned, where), address=address,
+        run_sweep(planned, out=where, engine=engine, resume=_resumable(planned, where), address=address,
                   progress=progress, seeds=settings.seeds, planned=planned.planned())
         result = measure(picked, read_trials(where), quality, settings.seeds,
                          [r.id for r in ranking(records, quality)])

@@ -32,9 +32,10 @@ from nas import oneshot as one
 from nas.space import Space
 from nas.spec import ArchSpec
 from runners.checkpoint import CHECKPOINT, run_folder, save, write_text
-from runners.sweep.driver import Sweep
 from runners.results.front import front
-from runners.results.records import TRIALS, write_json
+from runners.results.records import TRIALS, Rung, write_json
+from runners.sweep.driver import Sweep
+from runners.sweep.outcome import Measured, Outcome
 from runners.tasks import make_task
 from runners.train import eval_batches, evaluate
 
@@ -118,19 +119,14 @@ class OneShotSearch:
         params = one.trial_params(self.space, pattern, loops)
         record = self._done(params)
         while record is None:
-            if self.sweep.counted() >= self.sweep.total:
+            if self.sweep.budget_used() >= self.sweep.total:
                 raise BudgetSpent
-            if not self._waiting():  # a resumed sweep first re-runs its interrupted trials
+            if not self.sweep.study_adapter.waiting():  # a resumed sweep first re-runs its interrupted trials
                 self.sweep.study.enqueue_trial(params, skip_if_exists=False)
             self._next()
             record = self._done(params)
         self.patterns[record.duplicate_of or record.id] = (tuple(pattern), loops)
         return record.values.get(self.metric.name)
-
-    def _waiting(self) -> bool:
-        import optuna
-
-        return bool(self.sweep.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
 
     def _next(self) -> None:
         """Ask the study for its next trial (an enqueued one) and settle it."""
@@ -146,10 +142,10 @@ class OneShotSearch:
             metrics = self.scorer.evaluate(self.task, self.batches, pattern, record.params.get("T"))
             end = time.time()
             value = metrics[self.metric.metric]
-            self.sweep.finish(job.id, {
-                "status": "complete", "measured": [{"k": None, "value": value, "metrics": metrics}],
-                "rungs": [{"step": self.steps, "quality": value, "metrics": metrics}],
-                "started": start, "finished": end, "wall_time": end - start, "node": socket.gethostname()})
+            self.sweep.on_outcome(job.id, Outcome(
+                status="complete", measured=(Measured(value=value, metrics=metrics),),
+                rungs=(Rung(step=self.steps, quality=value, metrics=metrics),),
+                started=start, finished=end, wall_time=end - start, node=socket.gethostname()))
         self.on_change()
 
     def score(self, pattern: Sequence[int]) -> float | None:

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from builders.model import LoopLM, build_model
-from nas.errors import LoopnasError
+from nas.errors import LoopnasError, SpecError
 from nas.oneshot import supernet
 from nas.space import Space
 from nas.spec import ArchSpec
 from runners.tasks import make_task
 from runners.checkpoint import CHECKPOINT, RESULT, checkpoint_cap, load
+from runners.sweep.preflight import preflight
 from runners.train import TrainConfig, TrainResult, train, with_vocab
 
 
@@ -27,7 +26,8 @@ class OneShotError(LoopnasError):
 
 def supernet_config(space: Space) -> TrainConfig:
     """The space's proxy settings with ``oneshot.train`` over them, checkpointing at every
-    evaluation (so an interrupted supernet resumes)."""
+    evaluation (so an interrupted supernet resumes), checked before it trains
+    (:func:`runners.sweep.preflight.preflight`)."""
     one = space.spec.oneshot
     data = {**space.spec.proxy.trainer(), **one.train}
     if "steps" in one.train or "tokens" in one.train:
@@ -38,12 +38,9 @@ def supernet_config(space: Space) -> TrainConfig:
         path = Path(one.init_from)
         data["init_from"] = str(path if path.is_absolute() else space.source.parent / path)
     try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        where = ".".join(map(str, e["loc"]))
-        raise OneShotError(f"{space.source}: oneshot.train / proxy{'.' + where if where else ''}: "
-                           f"{e['msg']}") from None
+        return preflight(data, ("oneshot.train / proxy",), str(space.source))
+    except SpecError as exc:
+        raise OneShotError(str(exc)) from None
 
 
 def eval_task(space: Space, config: TrainConfig):

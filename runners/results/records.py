@@ -3,7 +3,7 @@
 Layout (every file written atomically, as it happens)::
 
     EXP/
-      experiment.json         ExperimentRecord: the space, objectives, backend, settings
+      experiment.json         ExperimentRecord: the space, objectives, engine, settings
       space.yaml              the space file as the user wrote it
       study.journal           the Optuna study (JournalStorage): optuna-dashboard opens it
       driver.lock             held by the one driver running the sweep (runners.sweep.lock)
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nas.errors import LoopnasError
 
@@ -164,11 +164,17 @@ class TrialRecord(_Record):
         return self.points[-1].values if self.points else {}
 
 
+EXPERIMENT_FORMAT = 2
+"""The version of ``experiment.json``: 2 names the sweep's engine ``engine`` (1, unversioned:
+``backend``); :meth:`ExperimentRecord.migrate` reads every earlier one."""
+
+
 class ExperimentRecord(_Record):
+    format: int = Field(EXPERIMENT_FORMAT, description="the record's version (EXPERIMENT_FORMAT)")
     name: str
     space: dict[str, Any]
     objectives: list[Objective]
-    backend: str
+    engine: str = Field(description="what ran the trials: optuna (local workers), ray, or oneshot")
     trials: int
     seed: int = 0
     seeds: int = Field(1, description="replicates per candidate")
@@ -179,6 +185,20 @@ class ExperimentRecord(_Record):
     identity: dict[str, str] | None = Field(None, description="nas.space.identity at start (the base spec's, "
                                             "a Python space's source, the proxy's and the objectives' hashes), "
                                             "compared on a resume; None: written before it was kept")
+
+    @model_validator(mode="before")
+    @classmethod
+    def migrate(cls, data: Any) -> Any:
+        """An experiment written at an earlier :data:`EXPERIMENT_FORMAT`, brought to this one:
+        format 1 (no ``format`` key) named the engine ``backend``."""
+        if isinstance(data, dict) and data.get("format", 1) == 1 and "backend" in data and "engine" not in data:
+            data = {k: v for k, v in data.items() if k != "backend"} | {"engine": data["backend"], "format": 2}
+        return data
+
+    @property
+    def backend(self) -> str:
+        """The engine under its format-1 name, for readers not yet moved to :attr:`engine`."""
+        return self.engine
 
 
 class RecordError(LoopnasError):
@@ -553,7 +573,7 @@ def study_storage(exp_dir: str | Path, url: str | None) -> str:
 
 
 __all__ = ["Direction", "Objective", "Rung", "Point", "Replicate", "TrialRecord", "ExperimentRecord",
-           "RecordError", "Unreadable", "write_text", "write_json", "trial_path", "read_experiment", "read_trials",
+           "EXPERIMENT_FORMAT", "RecordError", "Unreadable", "write_text", "write_json", "trial_path", "read_experiment", "read_trials",
            "run_dir", "checkpoint_of", "INDEX", "INDEX_MORE", "arch_problem", "digest", "read_index", "undigest",
            "repair_journal", "study_storage", "read_bounded", "read_record", "read_optional", "Skipped",
            "EXPERIMENT", "TRIALS", "JOURNAL", "MAX_RECORD", "MAX_EXPERIMENT"]

@@ -30,6 +30,8 @@ SHOWN = (Status.COMPLETE, Status.RUNNING, Status.PRUNED, Status.FAILED, Status.T
 FINAL = (Status.COMPLETE, Status.PRUNED, Status.FAILED, Status.TIMEOUT, Status.OOM, Status.DUPLICATE)
 #: a run that ended without a result: the ones a user is told to look at
 FAILURES = (Status.FAILED, Status.TIMEOUT, Status.OOM)
+#: how a run ends: what a worker's outcome says (``runners.sweep.outcome``)
+ENDED = (Status.COMPLETE, Status.PRUNED, Status.FAILED, Status.TIMEOUT, Status.OOM)
 #: what a replicate can be (a run of its own: never infeasible or a duplicate)
 REPLICATE = (Status.QUEUED, Status.RUNNING, Status.COMPLETE, Status.PRUNED, Status.FAILED, Status.TIMEOUT,
              Status.OOM)
@@ -47,6 +49,8 @@ def _one_of(*allowed: Status):
 TrialStatus = Annotated[str, AfterValidator(_one_of(*SHOWN))]
 #: a replicate's status as a record field: one of ``REPLICATE``
 ReplicateStatus = Annotated[str, AfterValidator(_one_of(*REPLICATE))]
+#: a run's outcome: one of ``ENDED``
+EndedStatus = Annotated[str, AfterValidator(_one_of(*ENDED))]
 
 
 def optuna_state(status: str):
@@ -64,4 +68,5 @@ def optuna_state(status: str):
     return TrialState.FAIL  # failed, timeout, oom; a duplicate is told as its original was
 
 
-__all__ = ["Status", "TrialStatus", "ReplicateStatus", "SHOWN", "FINAL", "FAILURES", "REPLICATE", "optuna_state"]
+__all__ = ["Status", "TrialStatus", "ReplicateStatus", "EndedStatus", "SHOWN", "FINAL", "FAILURES", "ENDED",
+           "REPLICATE", "optuna_state"]

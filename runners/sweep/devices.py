@@ -1,11 +1,11 @@
 """Where trials run: the GPUs a sweep may use and how its trials share them. One rule for
-both backends, no torch import here.
+both engines, no torch import here.
 
 - The GPUs are the entries of ``CUDA_VISIBLE_DEVICES`` (ids or UUIDs, as CUDA reads them:
   up to the first negative one), else torch's device count.
 - ``resources.gpu: f`` packs ``floor(1/f)`` trials on each GPU for f ≤ 1 and gives a trial
   ``ceil(f)`` whole GPUs for f > 1; 0 asks for none.
-- A trial sees only its devices: the ``optuna`` backend starts each worker process with its
+- A trial sees only its devices: the ``optuna`` engine starts each worker process with its
   own ``CUDA_VISIBLE_DEVICES`` (:class:`DevicePool` decides which), Ray sets it for the
   actors it gives GPUs to. The trial reads it the same way on both (:func:`visible`).
 - A trial with a share below one whole device caps its CUDA memory at that share
@@ -94,7 +94,7 @@ def ray_resources(resources, alone: bool = False) -> dict:
 
 def job_placement(resources, alone: bool = False) -> dict:
     """What a job carries to its trial about its devices (the driver sets it for both
-    backends): :class:`.job.Job`'s ``gpu``, ``share`` and ``memory_cap``."""
+    engines): :class:`.job.Job`'s ``gpu``, ``share`` and ``memory_cap``."""
     return {"gpu": resources.gpu, "share": share(resources.gpu, alone), "memory_cap": resources.memory_cap}
 
 
@@ -186,8 +186,9 @@ class FallbackNotice:
     def __init__(self) -> None:
         self.shown = False
 
-    def seen(self, outcome: dict) -> None:
-        reason = outcome.get("fallback")
+    def seen(self, outcome) -> None:
+        """``outcome``: an :class:`.outcome.Outcome`."""
+        reason = outcome.fallback
         if reason and not self.shown:
             self.shown = True
             log.warning("warning: %s; trials that ask for a GPU train on CPU in this sweep", reason)

@@ -1,8 +1,9 @@
-"""The ``optuna`` backend: a pool of local worker processes, no Ray.
+"""The ``optuna`` engine: a pool of local worker processes, no Ray.
 
 Each worker is a spawned process that imports torch once and trains job after job (like
 Ray's actor reuse). The driver asks and tells the study and talks to workers over pipes:
-a worker sends each rung and waits for the go/stop answer, then sends the outcome. A worker
+a worker sends each rung and waits for the go/stop answer, then sends the outcome (an
+:class:`.outcome.Outcome` as plain data, validated back here). A worker
 that dies (out-of-memory kill, segfault) becomes a failed trial; one that runs past the
 trial time limit (plus a grace period for its cooperative stop) is killed and recorded as
 timed out. The pool is replaced worker by worker, so the sweep goes on.
@@ -27,6 +28,7 @@ from runners.results.records import Rung
 from .devices import CPU, ENV, DevicePool, FallbackNotice, Placement, PoolError
 from .driver import Sweep, SweepError
 from .job import Job
+from .outcome import Outcome
 
 GRACE = 30.0  # seconds past the time limit before a worker is killed
 
@@ -49,7 +51,7 @@ def _worker_main(conn, threads: int) -> None:
                 conn.send(("rung", job.id, rung.model_dump()))
                 return conn.recv()
 
-            conn.send(("done", job.id, run_trial(job, report)))
+            conn.send(("done", job.id, run_trial(job, report).model_dump()))
     except (EOFError, OSError, KeyboardInterrupt):
         # the driver is gone (killed, SIGTERM: a broken pipe) or interrupted with the whole
         # process group: it records what became of the job, so the worker just ends
@@ -184,9 +186,10 @@ def _handle(sweep: Sweep, pool: _Pool, worker: _Worker) -> None:
     elif kind == "rung":
         worker.conn.send(sweep.on_rung(rid, Rung.model_validate(payload)))
     else:
+        outcome = Outcome.model_validate(payload)
         pool.done(worker)
-        pool.notice.seen(payload)
-        sweep.finish(rid, payload)
+        pool.notice.seen(outcome)
+        sweep.on_outcome(rid, outcome)
 
 
 def _reap(sweep: Sweep, pool: _Pool) -> None:
@@ -202,17 +205,16 @@ def _reap(sweep: Sweep, pool: _Pool) -> None:
         if w.job is not None:
             if overdue:
                 w.kill()
-                outcome = {"status": "timeout", "reason": f"killed after {time.time() - w.started:.0f} s "
-                           f"(time limit {limit:g} s)"}
+                ended = {"status": "timeout", "reason": f"killed after {time.time() - w.started:.0f} s "
+                         f"(time limit {limit:g} s)"}
             else:
-                outcome = {"status": "failed", "crashed": True,
-                           "reason": f"worker process died (exit code {w.proc.exitcode}); "
-                                     "out of memory or a crash in native code"}
-            job = w.job
+                ended = {"status": "failed", "crashed": True,
+                         "reason": f"worker process died (exit code {w.proc.exitcode}); "
+                                   "out of memory or a crash in native code"}
+            job, now = w.job, time.time()
             pool.done(w)
-            sweep.finish(job.id, {**outcome, "started": w.started, "finished": time.time(),
-                                  "wall_time": time.time() - w.started,
-                                  "devices": list(w.devices) or [CPU], "share": job.share})
+            sweep.on_outcome(job.id, Outcome(**ended, started=w.started, finished=now, wall_time=now - w.started,
+                                             devices=tuple(w.devices) or (CPU,), share=job.share))
     pool.workers = alive
 
 

@@ -1,24 +1,24 @@
-"""The ``ray`` backend: Ray Tune schedules trials on a local Ray instance or a cluster.
+"""The ``ray`` engine: Ray Tune schedules trials on a local Ray instance or a cluster.
 
 - Sampling: the driver asks its one Optuna study, gates the candidate and tells the study
-  the outcome (:meth:`.driver.Sweep.next_job`), as on the ``optuna`` backend; Ray only
+  the outcome (:meth:`.driver.Sweep.next_job`), as on the ``optuna`` engine; Ray only
   schedules. :class:`GateSearcher` is a Tune searcher that hands Tune the driver's next
   job, so infeasible and duplicate candidates never become Ray trials. Ray's own
   ``OptunaSearch`` is not used: it keeps a second study on the same storage, asks it for
   every Tune trial, and would tell a stopped trial COMPLETE with its truncated values,
   which corrupts the front.
 - Early stopping: :class:`ParetoScheduler` asks the driver at every rung.
-- Records: :class:`RecordCallback` hands rungs and outcomes to the driver, which writes
-  the experiment directory (on the driver's machine, whatever node trained the trial).
+- Records: :class:`RecordCallback` hands rungs and outcomes (:class:`.outcome.Outcome`, sent
+  as JSON) to the driver, which writes the experiment directory (on the driver's machine,
+  whatever node trained the trial).
 - Devices: Ray places trials on GPUs from ``resources`` (:func:`.devices.ray_resources`:
   fractional GPUs, a whole one for a job rerun alone after an out-of-memory error, the
   ``accelerator_type``) and sets each actor's ``CUDA_VISIBLE_DEVICES``, which the trial
-  reads as on the local backend.
+  reads as on the local engine.
 """
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import socket
@@ -32,6 +32,7 @@ from runners.results.records import Rung
 from .devices import FallbackNotice, ray_resources
 from .driver import Sweep
 from .job import Job
+from .outcome import Outcome
 
 
 TIMEOUT_ENV = "LOOPNAS_RAY_CONNECT_TIMEOUT"
@@ -164,7 +165,7 @@ class GateSearcher(_Live, Searcher):
         return Searcher.FINISHED if not sweep.wants_more() and not sweep.active else None
 
     def on_trial_complete(self, trial_id, result=None, error=False) -> None:
-        pass  # RecordCallback tells the study
+        pass  # RecordCallback hands the outcome to the driver, which tells the study
 
     def save_to_dir(self, *args, **kwargs) -> None:
         pass  # the study and the records are the state; --resume rebuilds from them
@@ -189,9 +190,9 @@ class ParetoScheduler(_Live, FIFOScheduler):
         if self.sweep.on_rung(rid, Rung.model_validate_json(result["rung"])):
             return TrialScheduler.CONTINUE
         started = self.sweep.records[job.trial].started or time.time()
-        self.sweep.finish(rid, {"status": "pruned", "reason": f"stopped early at step {result['step']}",
-                                "node": result.get("node"), "devices": [d for d in result.get("devices", "").split(",") if d],
-                                "wall_time": time.time() - started})
+        self.sweep.on_outcome(rid, Outcome(
+            status="pruned", reason=f"stopped early at step {result['step']}", node=result.get("node"),
+            devices=tuple(d for d in result.get("devices", "").split(",") if d), wall_time=time.time() - started))
         self.changed()
         return TrialScheduler.STOP
 
@@ -202,15 +203,14 @@ class RecordCallback(_Live, Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if "outcome" in result:
-            outcome = json.loads(result["outcome"])
+            outcome = Outcome.model_validate_json(result["outcome"])
             self.notice.seen(outcome)
-            self.sweep.finish(_job(trial).id, outcome)
+            self.sweep.on_outcome(_job(trial).id, outcome)
             self.changed()
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self.sweep.finish(_job(trial).id, {
-            "status": "failed", "crashed": True,
-            "reason": f"the trial's Ray actor died: {_error(trial)}"})
+        self.sweep.on_outcome(_job(trial).id, Outcome(
+            status="failed", crashed=True, reason=f"the trial's Ray actor died: {_error(trial)}"))
         self.changed()
 
 

@@ -1,7 +1,7 @@
 """One trial, wherever it runs (a Ray actor or a local worker process): train the proxy,
 report each rung, measure its serving objectives on the trained model, and return an
-outcome. A trial never raises: an exception, a NaN, an out-of-memory error or the time
-limit each become an outcome with a reason.
+:class:`.outcome.Outcome`. A trial never raises: an exception, a NaN, an out-of-memory error
+or the time limit each become an outcome with a reason.
 
 Devices (:mod:`runners.sweep.devices`): a job that asks for a GPU (``job.gpu`` > 0)
 trains on ``cuda`` when CUDA is available in this process, which sees only the devices its
@@ -23,10 +23,13 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from nas.errors import SpecError, from_validation_error
 from runners.results.records import Rung
+from runners.results.status import Status
 
 from . import devices
 from .job import Job, ServingJob
+from .outcome import Measured, Outcome
 
 TEST_OOM = "LOOPNAS_TEST_OOM"
 
@@ -52,33 +55,30 @@ def _set_threads() -> None:
         torch.set_num_threads(threads)
 
 
-def run_trial(job: Job, report: Report) -> dict[str, Any]:
+def run_trial(job: Job, report: Report) -> Outcome:
     """Train ``job.arch`` with ``job.config``; ``job.metric`` names the quality objective,
     ``job.serving`` the serving objectives (measured after training), ``job.timeout`` the
     time limit in seconds (checked at every evaluation)."""
     start = time.time()
-    outcome: dict[str, Any] = {"status": "failed", "reason": None, "rungs": [], "measured": [],
-                               "started": start, "node": job.node or socket.gethostname(),
-                               "devices": [devices.CPU], "share": job.share, "peak_memory": None}
+    fields: dict[str, Any] = {"status": Status.FAILED, "started": start, "node": job.node or socket.gethostname(),
+                              "devices": [devices.CPU], "share": job.share}
     cuda = False
     try:
         _set_threads()
-        device, outcome["fallback"] = _place(job)
+        device, fields["fallback"] = _place(job)
         cuda = device.startswith("cuda")
         if job.gpu or cuda:
-            outcome["devices"] = devices.visible()
-        outcome["ran_on"] = "cuda" if cuda else "cpu"
-        outcome.update(_train(job, report, start, device))
+            fields["devices"] = devices.visible()
+        fields["ran_on"] = "cuda" if cuda else "cpu"
+        fields.update(_train(job, report, start, device))
     except Exception as exc:  # recorded, never raised: the sweep goes on
-        outcome["status"] = "oom" if _is_oom(exc) else "failed"
-        outcome["reason"] = _reason(exc)
-        outcome["traceback"] = traceback.format_exc(limit=8)
+        fields.update(status=Status.OOM if _is_oom(exc) else Status.FAILED, reason=_reason(exc),
+                      traceback=traceback.format_exc(limit=8))
     if cuda:
-        outcome["peak_memory"] = _peak_and_free()
-    outcome["finished"] = time.time()
-    outcome["wall_time"] = outcome["finished"] - start
-    return outcome
-
+        fields["peak_memory"] = _peak_and_free()
+    fields["finished"] = time.time()
+    fields["wall_time"] = fields["finished"] - start
+    return Outcome.model_validate(fields)
 
 def _place(job: Job) -> tuple[str, str | None]:
     """The torch device of this job and, when it asked for a GPU and got the CPU, why.
@@ -127,14 +127,33 @@ def _test_oom(job: Job) -> bool:
 
 def _reason(exc: BaseException) -> str:
     import torch
-    from pydantic import ValidationError
 
-    if isinstance(exc, ValidationError):
-        errors = "; ".join(f"{'.'.join(map(str, e['loc'])) or exc.title}: {e['msg']}" for e in exc.errors())
-        return f"invalid {exc.title} settings: {errors}"[:400]
+    if isinstance(exc, SpecError):  # the job's spec or settings, validated by _valid
+        return f"invalid {exc.source} settings: {'; '.join(p.render(None) for p in exc.problems)}"[:400]
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
         return f"out of memory: {str(exc).splitlines()[0][:200]}"
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+
+
+def _valid(model, data: dict):
+    """``data`` as ``model``; an invalid one is a :class:`SpecError` in the project's words."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, model).with_source(model.__name__) from None
+
+
+def _ended(result, stop: dict[str, str]) -> dict[str, Any]:
+    """How a training run ended, as outcome fields: the one mapping of the trainer's result
+    (its status ``ok``, ``stopped`` or ``failed``) to an outcome's status and reason. A run
+    the callback stopped was pruned or ran out of time (``stop`` says which)."""
+    if result.status == "failed":
+        return {"status": Status.FAILED, "reason": result.reason}
+    if result.status == "stopped":
+        return {"status": stop.get("status", Status.PRUNED), "reason": stop.get("reason")}
+    return {"status": Status.COMPLETE, "reason": result.reason, "steps": result.steps, "tokens": result.tokens}
 
 
 def _train(job: Job, report: Report, start: float, device: str) -> dict[str, Any]:
@@ -143,12 +162,12 @@ def _train(job: Job, report: Report, start: float, device: str) -> dict[str, Any
     from nas.spec import ArchSpec
     from runners.train import CHECKPOINT, TrainConfig, train
 
-    arch = ArchSpec.model_validate(job.arch)
-    config = TrainConfig.model_validate({**job.config, "progress": False, "device": device})
+    arch = _valid(ArchSpec, job.arch)
+    config = _valid(TrainConfig, {**job.config, "progress": False, "device": device})
     metric, timeout = job.metric, job.timeout
     out_dir = Path(job.dir)
     resume = out_dir / CHECKPOINT if job.resume and (out_dir / CHECKPOINT).is_file() else None
-    rungs: list[dict] = []
+    rungs: list[Rung] = []
     stop: dict[str, str] = {}
 
     def callback(step: int, metrics: dict[str, float]) -> bool:
@@ -156,38 +175,36 @@ def _train(job: Job, report: Report, start: float, device: str) -> dict[str, Any
             raise torch.cuda.OutOfMemoryError(f"CUDA out of memory ({TEST_OOM}): {job.id} outgrew its "
                                               f"share {job.share} of device {os.environ.get(devices.ENV)}")
         rung = Rung(step=step, quality=quality_of(metrics, metric), metrics=metrics)
-        rungs.append(rung.model_dump())
+        rungs.append(rung)
         if not report(rung):
-            stop.update(status="pruned", reason=f"stopped early at step {step}")
+            stop.update(status=Status.PRUNED, reason=f"stopped early at step {step}")
             return False
         if timeout is not None and time.time() - start > timeout:
-            stop.update(status="timeout", reason=f"time limit {timeout:g} s reached at step {step}")
+            stop.update(status=Status.TIMEOUT, reason=f"time limit {timeout:g} s reached at step {step}")
             return False
         return True
 
     result = train(arch, config, out_dir=out_dir, callback=callback, resume=resume)
-    if result.status == "failed":
-        return {"status": "failed", "reason": result.reason, "rungs": rungs}
-    if result.status == "stopped":
-        return {"status": stop.get("status", "pruned"), "reason": stop.get("reason"), "rungs": rungs}
-    measured = [{"k": None, "value": quality_of(result.final, metric, result), "metrics": result.final}]
-    measured += [{"k": p.k, "value": quality_of(p.metrics, metric), "metrics": p.metrics}
-                 for p in result.elastic]
-    if any(m["value"] is None for m in measured):
+    ended = {**_ended(result, stop), "rungs": rungs}
+    if ended["status"] != Status.COMPLETE:
+        return ended
+    measured = [Measured(value=quality_of(result.final, metric, result), metrics=result.final)]
+    measured += [Measured(k=p.k, value=quality_of(p.metrics, metric), metrics=p.metrics) for p in result.elastic]
+    if any(m.value is None for m in measured):
         known = ", ".join(sorted(result.final)) or "none"
-        return {"status": "failed", "rungs": rungs,
+        return {"status": Status.FAILED, "rungs": rungs,
                 "reason": f"the proxy reports no metric {metric!r}; it reports: {known}"}
     if job.serving:
         try:
-            _measure_serving(job.serving, result.arch, config, out_dir / CHECKPOINT, measured)
+            measured = _measure_serving(job.serving, result.arch, config, out_dir / CHECKPOINT, measured)
         except Exception as exc:  # the proxy trained; its serving measurement did not run
-            return {"status": "oom" if _is_oom(exc) else "failed", "rungs": rungs,
+            return {"status": Status.OOM if _is_oom(exc) else Status.FAILED, "rungs": rungs,
                     "reason": f"serving measurement: {_reason(exc)}"}
-    return {"status": "complete", "reason": result.reason, "rungs": rungs, "measured": measured,
-            "steps": result.steps, "tokens": result.tokens}
+    return {**ended, "measured": measured}
 
 
-def _measure_serving(objectives: tuple[ServingJob, ...], arch, config, checkpoint: Path, measured: list[dict]) -> None:
+def _measure_serving(objectives: tuple[ServingJob, ...], arch, config, checkpoint: Path,
+                     measured: list[Measured]) -> list[Measured]:
     """Each point's serving objectives, measured on the trained weights at its loop count
     (an elastic trial: at each evaluated k), in the serving dtype (bf16 where the trainer
     ran under bf16 autocast)."""
@@ -203,10 +220,11 @@ def _measure_serving(objectives: tuple[ServingJob, ...], arch, config, checkpoin
     model = build_model(arch, backend=config.backend, device=device)
     model.load_state_dict(load(checkpoint, cap=checkpoint_cap(arch))["model"])
     served, _ = for_serving(model, dtype)
-    elastic = [m for m in measured if m["k"] is not None]
-    for m in elastic or measured:
-        m["serving"] = serving_values(served, [o.model_dump() for o in objectives], loops=m["k"], dtype=dtype,
-                                      train_model=model)
+    elastic = any(m.k is not None for m in measured)
+    wanted = [o.model_dump() for o in objectives]
+    return [m.model_copy(update={"serving": serving_values(served, wanted, loops=m.k, dtype=dtype,
+                                                           train_model=model)})
+            if m.k is not None or not elastic else m for m in measured]
 
 
 def ray_trainable(config: dict[str, Any]) -> None:
@@ -223,10 +241,8 @@ def ray_trainable(config: dict[str, Any]) -> None:
                      "quality": rung.quality if rung.quality is not None else float("nan")})
         return True
 
-    import json
-
     outcome = run_trial(job, report)
-    tune.report({"outcome": json.dumps(outcome), "done": True})
+    tune.report({"outcome": outcome.model_dump_json(), "done": True})
 
 
 __all__ = ["run_trial", "ray_trainable", "quality_of"]

@@ -299,7 +299,7 @@ def closed_port():
 
 
 def test_bad_addresses_are_one_line_within_the_timeout(silent_port, closed_port):
-    from runners.sweep.ray_backend import RayAddressError, check_address
+    from runners.sweep.ray_engine import RayAddressError, check_address
 
     cases = {f"127.0.0.1:{closed_port}": "connection refused", f"127.0.0.1:{silent_port}": "no answer within 0.5 s",
              "http://127.0.0.1:8265": "a URL is not a Ray address", "": "--address is empty",
@@ -315,7 +315,7 @@ def test_bad_addresses_are_one_line_within_the_timeout(silent_port, closed_port)
 
 
 def test_the_timeout_is_stated_and_overridable(monkeypatch):
-    from runners.sweep.ray_backend import CONNECT_TIMEOUT, TIMEOUT_ENV, RayAddressError, connect_timeout
+    from runners.sweep.ray_engine import CONNECT_TIMEOUT, TIMEOUT_ENV, RayAddressError, connect_timeout
 
     assert CONNECT_TIMEOUT <= 30
     monkeypatch.delenv(TIMEOUT_ENV, raising=False)
@@ -329,7 +329,7 @@ def test_the_timeout_is_stated_and_overridable(monkeypatch):
 
 @pytest.mark.parametrize("where", ["silent", "url"])
 def test_sweep_on_a_silent_address_is_one_line(tmp_path, silent_port, where):
-    from runners.sweep.ray_backend import TIMEOUT_ENV
+    from runners.sweep.ray_engine import TIMEOUT_ENV
 
     space = tmp_path / "space.yaml"
     space.write_text("name: ray_address\nbase: tiny_noloop\n"

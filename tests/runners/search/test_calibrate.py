@@ -38,7 +38,7 @@ def fabricate(space, out, seeds, quality):
     while (job := sweep.next_job()) is not None:
         params = sweep.records[job.trial].params
         value = quality(params, job.config["seed"])
-        sweep.finish(job.id, {"status": "complete",
+        sweep.on_outcome(job.id, {"status": "complete",
                               "measured": [{"k": None, "value": value, "metrics": {"acc": value}}]})
     return analyse(space, [out], (1.0,), seeds, kind, len(plan))
 
@@ -168,7 +168,7 @@ def test_elastic_trials_are_calibrated_at_each_loop_count(tmp_path):
     while (job := sweep.next_job()) is not None:
         params = sweep.records[job.trial].params
         at = {1: 0.5 + rng.normal(0, 0.01), 2: 0.6 + 0.2 * (params["lr"] == 0.003) + rng.normal(0, 0.01)}
-        sweep.finish(job.id, {"status": "complete", "measured": [
+        sweep.on_outcome(job.id, {"status": "complete", "measured": [
             {"k": k, "value": v, "metrics": {"acc": v}} for k, v in at.items()]})
     cal = analyse(space, [tmp_path / "exp"], (1.0,), 4, kind, len(plan))
     per_k = {k: {a.param: a for a in axes} for k, axes in cal.budgets[0].per_k.items()}

@@ -103,7 +103,7 @@ def test_local_backend_packs_two_trials_per_visible_gpu(tmp_path, monkeypatch, c
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     path = space_file(tmp_path, "{sampler: grid, trials: 8, concurrency: 8, resources: {gpu: 0.5}}")
     with caplog.at_level(logging.WARNING, logger="loopnas.sweep"):
-        exp = run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)
+        exp = run_sweep(path, out=tmp_path / "exp", engine="optuna", progress=False)
     records = read_trials(exp)
     assert [r.status for r in records] == ["complete"] * 8
     # each worker saw only its own device (its CUDA_VISIBLE_DEVICES) and trained on CPU
@@ -121,7 +121,7 @@ def test_out_of_memory_is_recorded_and_rerun_alone_on_a_whole_device(tmp_path, m
     # t0001 runs out of memory only beside a neighbour, t0002 even alone
     monkeypatch.setenv("LOOPNAS_TEST_OOM", "t0001,t0002:always")
     path = space_file(tmp_path, "{sampler: grid, trials: 4, concurrency: 4, resources: {gpu: 0.5}}", n=4)
-    exp = run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)
+    exp = run_sweep(path, out=tmp_path / "exp", engine="optuna", progress=False)
     records = {r.id: r for r in read_trials(exp)}
     assert {i: r.status for i, r in records.items()} == {"t0000": "complete", "t0001": "complete",
                                                          "t0002": "oom", "t0003": "complete"}
@@ -141,7 +141,7 @@ def test_on_oom_fail_ends_the_candidate_without_a_rerun(tmp_path):
     path = space_file(tmp_path, "{sampler: grid, trials: 1, concurrency: 1, on_oom: fail, resources: {gpu: 0.5}}", n=1)
     sweep = Sweep(load_space(path), tmp_path / "exp", "optuna")
     job = sweep.next_job()
-    sweep.finish(job.id, {"status": "oom", "reason": "out of memory: CUDA out of memory", "share": 0.5,
+    sweep.on_outcome(job.id, {"status": "oom", "reason": "out of memory: CUDA out of memory", "share": 0.5,
                           "devices": ["0"], "peak_memory": 123, "measured": []})
     assert sweep.next_job() is None
     [record] = read_trials(tmp_path / "exp")
@@ -177,7 +177,7 @@ def test_ray_cluster_with_declared_gpus_packs_four_trials(tmp_path, monkeypatch,
         path = space_file(tmp_path, "{sampler: grid, trials: 6, concurrency: 8, "
                                     "resources: {cpu: 1, gpu: 0.5, accelerator_type: TESTGPU}}", n=6)
         with caplog.at_level(logging.WARNING, logger="loopnas.sweep"):
-            exp = run_sweep(path, out=tmp_path / "exp", backend="ray", address=cluster.address, progress=False)
+            exp = run_sweep(path, out=tmp_path / "exp", engine="ray", address=cluster.address, progress=False)
     finally:
         cluster.shutdown()
     records = read_trials(exp)
@@ -213,4 +213,4 @@ def test_a_sweep_on_a_device_listed_twice_stops_before_training(tmp_path, monkey
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,0")
     path = space_file(tmp_path, "{sampler: grid, trials: 2, concurrency: 2, resources: {gpu: 2}}", n=2)
     with pytest.raises(SweepError, match="CUDA_VISIBLE_DEVICES=0,0 names GPU 0 twice"):
-        run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)
+        run_sweep(path, out=tmp_path / "exp", engine="optuna", progress=False)

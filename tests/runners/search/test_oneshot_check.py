@@ -195,7 +195,7 @@ def test_a_oneshot_sweep_checks_itself_with_ordinary_stand_alone_trials(tmp_path
     searched = {r.id: r for r in read_trials(exp)}
     check_dir = exp / "check"
     record = read_experiment(check_dir)
-    assert record.seeds == 2 and record.backend == "optuna" and record.space["oneshot"] is None
+    assert record.seeds == 2 and record.engine == "optuna" and record.space["oneshot"] is None
     trained = read_trials(check_dir)
     assert len(trained) >= 3 and all(t.status == "complete" for t in trained)
     assert all([r.seed for r in t.replicates] == [0, 1] for t in trained)
@@ -239,8 +239,8 @@ def test_the_check_trains_on_ray_when_the_sweep_does(tmp_path, one_thread, monke
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     path = space_file(tmp_path, "search: {strategy: exhaustive}\ncheck: {n: 3, seeds: 2}\n")
-    exp = run_sweep(path, out=tmp_path / "exp", backend="ray", progress=False)
-    assert read_experiment(exp).backend == "oneshot" and read_experiment(exp / "check").backend == "ray"
+    exp = run_sweep(path, out=tmp_path / "exp", engine="ray", progress=False)
+    assert read_experiment(exp).engine == "oneshot" and read_experiment(exp / "check").engine == "ray"
     trained = read_trials(exp / "check")
     assert len(trained) >= 3 and all(t.status == "complete" and len(t.replicates) == 2 for t in trained)
     assert status_data(exp)["oneshot_check"]["n"] == len(trained)

@@ -1,7 +1,7 @@
-"""The Ray backend's searcher without a Ray cluster: it takes the driver's jobs, so the one
+"""The Ray engine's searcher without a Ray cluster: it takes the driver's jobs, so the one
 study on storage holds exactly one Optuna trial per asked candidate, and the gate,
 replicates, placement, an out-of-memory rerun alone and the end of the search behave as on
-the local backend."""
+the local engine."""
 import json
 import textwrap
 
@@ -14,8 +14,8 @@ from runners.sweep.driver import Sweep
 from runners.sweep.job import Job
 
 pytest.importorskip("ray.tune")
-from runners.sweep import ray_backend  # noqa: E402
-from runners.sweep.ray_backend import GateSearcher, Searcher  # noqa: E402
+from runners.sweep import ray_engine  # noqa: E402
+from runners.sweep.ray_engine import GateSearcher, Searcher  # noqa: E402
 
 SPACE = """\
     name: gate
@@ -43,9 +43,9 @@ def searched(tmp_path):
     asked, ask = [], sweep.study.ask
     sweep.study.ask = lambda *a, **kw: asked.append(1) or ask(*a, **kw)
     key = id(sweep)
-    ray_backend._LIVE[key] = (sweep, lambda: None, FallbackNotice())
+    ray_engine._LIVE[key] = (sweep, lambda: None, FallbackNotice())
     yield sweep, GateSearcher(key), asked
-    ray_backend._LIVE.pop(key, None)
+    ray_engine._LIVE.pop(key, None)
     sweep.close()
 
 
@@ -70,7 +70,7 @@ def test_one_optuna_trial_per_asked_candidate_and_only_gated_ones_reach_ray(sear
     assert {r.status for r in sweep.records.values()} >= {"infeasible", "running"}
     assert all(j.gpu == 0.5 and j.share == 0.5 for j in jobs)
     for j in jobs:
-        sweep.finish(j.id, complete(0.5))
+        sweep.on_outcome(j.id, complete(0.5))
     assert searcher.suggest("ray_y") is Searcher.FINISHED
     trials = sweep.study.get_trials(deepcopy=False)
     assert len(trials) == len(asked) == len(sweep.records) == 6
@@ -81,11 +81,11 @@ def test_one_optuna_trial_per_asked_candidate_and_only_gated_ones_reach_ray(sear
 def test_a_replicate_out_of_memory_beside_others_is_given_again_alone(searched):
     sweep, searcher, _ = searched
     first = job(searcher.suggest("ray_0"))
-    sweep.finish(first.id, {"status": "oom", "reason": "out of memory", "share": 0.5, "devices": ["0"],
-                            "measured": []})
+    sweep.on_outcome(first.id, {"status": "oom", "reason": "out of memory", "share": 0.5, "devices": ["0"],
+                                "measured": []})
     again = job(searcher.suggest("ray_1"))
     assert (again.id, again.alone, again.resume, again.share) == (first.id, True, True, 1.0)
-    assert ray_backend.ray_resources(sweep.space.spec.search.resources, again.alone)["gpu"] == 1.0
+    assert ray_engine.ray_resources(sweep.space.spec.search.resources, again.alone)["gpu"] == 1.0
 
 
 def test_a_job_is_plain_data_and_refuses_a_field_it_does_not_know(searched):

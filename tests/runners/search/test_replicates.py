@@ -50,7 +50,7 @@ def test_each_candidate_runs_one_job_per_seed_and_reports_the_mean(tmp_path):
     assert len({j.dir for j in jobs}) == 6 and "seeds" not in jobs[0].config
     values = {jobs[0].trial: [0.5, 0.6, 0.7], jobs[3].trial: [0.2, 0.2, 0.2]}
     for job in jobs:
-        sweep.finish(job.id, outcome(values[job.trial][job.replicate]))
+        sweep.on_outcome(job.id, outcome(values[job.trial][job.replicate]))
     records = {r.id: r for r in read_trials(tmp_path / "exp")}
     a = records[jobs[0].trial]
     assert a.status == "complete" and len(a.replicates) == 3
@@ -64,11 +64,11 @@ def test_each_candidate_runs_one_job_per_seed_and_reports_the_mean(tmp_path):
 def test_a_failed_replicate_fails_its_candidate_with_its_reason(tmp_path):
     sweep = Sweep(space(tmp_path), tmp_path / "exp", "optuna")
     jobs = [sweep.next_job() for _ in range(2)]  # two replicates of the first candidate
-    sweep.finish(jobs[1].id, outcome(None, "failed", "loss is NaN at step 3"))
+    sweep.on_outcome(jobs[1].id, outcome(None, "failed", "loss is NaN at step 3"))
     # the third replicate is not started; the first still runs and is told to stop
     assert all(j.trial != jobs[0].trial for j in sweep.queue)
     assert sweep.on_rung(jobs[0].id, __import__("runners.results.records", fromlist=["Rung"]).Rung(step=2)) is False
-    sweep.finish(jobs[0].id, outcome(None, "pruned", "stopped early at step 2"))
+    sweep.on_outcome(jobs[0].id, outcome(None, "pruned", "stopped early at step 2"))
     record = sweep.records[jobs[0].trial]
     assert record.status == "failed" and record.reason == "replicate 1 (seed 1): loss is NaN at step 3"
     assert [r.status for r in record.replicates] == ["pruned", "failed", "queued"]
@@ -80,8 +80,8 @@ def test_resume_reruns_only_unfinished_replicates(tmp_path):
     jobs = [sweep.next_job() for _ in range(3)]
     from runners.results.records import Rung
     sweep.on_rung(jobs[2].id, Rung(step=2, quality=0.4))
-    sweep.finish(jobs[0].id, outcome(0.5))
-    sweep.finish(jobs[1].id, outcome(0.6))
+    sweep.on_outcome(jobs[0].id, outcome(0.5))
+    sweep.on_outcome(jobs[1].id, outcome(0.6))
     sweep.interrupted()  # killed with replicate 2 half-way
     resumed = Sweep(space(tmp_path), exp, "optuna", resume=True)
     job = resumed.next_job()
@@ -90,7 +90,7 @@ def test_resume_reruns_only_unfinished_replicates(tmp_path):
     assert [r.status for r in record.replicates] == ["complete", "complete", "running"]
     assert [r.step for r in record.replicates[2].rungs] == [2]  # rungs before the resume point kept
     resumed.on_rung(job.id, Rung(step=4, quality=0.7))
-    resumed.finish(job.id, outcome(0.7))
+    resumed.on_outcome(job.id, outcome(0.7))
     record = resumed.records[job.trial]
     assert record.status == "complete" and record.points[0].values["acc"] == pytest.approx(0.6)
     assert [r.step for r in record.replicates[2].rungs] == [2, 4]
@@ -118,7 +118,7 @@ def test_duplicates_reuse_every_replicate(tmp_path):
     sweep = Sweep(load_space(path), tmp_path / "exp", "optuna")
     jobs = [sweep.next_job(), sweep.next_job()]
     for j, v in zip(jobs, (0.3, 0.5)):
-        sweep.finish(j.id, outcome(v))
+        sweep.on_outcome(j.id, outcome(v))
     assert sweep.next_job() is None  # the second grid point is the same canonical spec
     [dup] = [r for r in sweep.records.values() if r.status == "duplicate"]
     assert dup.points[0].values["acc"] == pytest.approx(0.4) and dup.points[0].n == 2
@@ -126,7 +126,7 @@ def test_duplicates_reuse_every_replicate(tmp_path):
 
 def test_real_sweep_with_replicates_status_and_report(tmp_path):
     sp = space(tmp_path, seeds=2)
-    exp = run_sweep(sp, out=tmp_path / "exp", backend="optuna", progress=False)
+    exp = run_sweep(sp, out=tmp_path / "exp", engine="optuna", progress=False)
     assert read_experiment(exp).seeds == 2
     records = [r for r in read_trials(exp) if r.status == "complete"]
     assert len(records) == 2

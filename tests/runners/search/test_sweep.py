@@ -55,7 +55,7 @@ def test_gate_prefilters_infeasible_and_trains_duplicates_once(tmp_path):
         {PROXY}
         search: {{sampler: grid, trials: 6, concurrency: 2}}
         """)
-    exp = run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)
+    exp = run_sweep(path, out=tmp_path / "exp", engine="optuna", progress=False)
     records = read_trials(exp)
     groups = by_status(records)
     assert {s: len(v) for s, v in groups.items()} == {"complete": 4, "duplicate": 1, "infeasible": 1}
@@ -97,7 +97,7 @@ def test_failed_and_diverged_trials_are_recorded_and_the_sweep_goes_on(tmp_path)
                 warmup_steps: 0, min_lr: 0.0}}
         search: {{sampler: grid, trials: 4, concurrency: 2}}
         """)
-    exp = run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)
+    exp = run_sweep(path, out=tmp_path / "exp", engine="optuna", progress=False)
     groups = by_status(read_trials(exp))
     assert len(groups["complete"]) == 1 and len(groups["failed"]) == 3
     reasons = {(r.params["lr"], r.params["init"]): r.reason for r in groups["failed"]}
@@ -120,7 +120,7 @@ def test_a_trial_past_its_time_limit_is_recorded_as_timed_out(tmp_path):
         search: {{sampler: grid, trials: 1, concurrency: 1, trial_timeout: 0.001,
                   storage: "sqlite:///{tmp_path}/study.db"}}
         """)
-    exp = run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)
+    exp = run_sweep(path, out=tmp_path / "exp", engine="optuna", progress=False)
     [record] = read_trials(exp)
     assert record.status == "timeout" and "time limit" in record.reason
     assert [g.step for g in record.rungs] == [2]  # stopped at its first evaluation
@@ -175,7 +175,7 @@ def test_elastic_trials_add_one_front_point_per_loop_count(tmp_path):
         {PROXY}
         search: {{sampler: grid, trials: 2, concurrency: 2}}
         """)
-    exp = run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)
+    exp = run_sweep(path, out=tmp_path / "exp", engine="optuna", progress=False)
     records = read_trials(exp)
     assert [r.status for r in records] == ["complete", "complete"]
     for r in records:
@@ -215,7 +215,7 @@ def test_early_stopping_prunes_and_never_against_the_rule(tmp_path):
                 warmup_steps: 0, min_lr: 0.0}}
         search: {{sampler: grid, trials: 8, concurrency: 1, early_stopping: {{rungs: [10, 20], margin: 0.0}}}}
         """)
-    exp = run_sweep(path, out=tmp_path / "exp", backend="optuna", progress=False)
+    exp = run_sweep(path, out=tmp_path / "exp", engine="optuna", progress=False)
     records = read_trials(exp)
     pruned = [r for r in records if r.status == "pruned"]
     assert pruned, [(r.id, r.status, [g.quality for g in r.rungs]) for r in records]
@@ -250,13 +250,13 @@ def test_ray_cluster_of_two_nodes_is_joined_with_address(tmp_path, monkeypatch):
             proxy: {{task: s5, task_params: {{seq_len: 8, degree: 3}}, steps: 30, batch_size: 8, eval_every: 10}}
             search: {{sampler: grid, trials: 4, concurrency: 2, resources: {{cpu: 1}}}}
             """)
-        exp = run_sweep(path, out=tmp_path / "exp", backend="ray", address=cluster.address, progress=False)
+        exp = run_sweep(path, out=tmp_path / "exp", engine="ray", address=cluster.address, progress=False)
     finally:
         cluster.shutdown()
     records = read_trials(exp)
     assert [r.status for r in records] == ["complete"] * 4
     assert len({r.node for r in records}) == 2, [r.node for r in records]
-    assert read_experiment(exp).backend == "ray"
+    assert read_experiment(exp).engine == "ray"
 
 
 def test_cli_sweep_errors_are_one_line(tmp_path):

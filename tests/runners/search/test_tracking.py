@@ -101,7 +101,7 @@ def swept(tmp_path_factory, mlflow_uri):
     os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true")
     try:
         from runners.report import write_report
-        exp = run_sweep(space(tmp, json.dumps(track)), out=tmp / "exp", backend="optuna", progress=False,
+        exp = run_sweep(space(tmp, json.dumps(track)), out=tmp / "exp", engine="optuna", progress=False,
                         report=write_report)
     finally:
         for k, v in old.items():
@@ -243,13 +243,13 @@ def test_a_resumed_sweep_continues_the_same_runs(tmp_path, mlflow_uri):
     sweep = Sweep(sp, exp, "optuna")
     jobs = [sweep.next_job() for _ in range(3)]
     sweep.on_rung(jobs[2].id, Rung(step=2, quality=0.4, metrics={"acc": 0.4}))
-    sweep.finish(jobs[0].id, outcome(0.5))
-    sweep.finish(jobs[1].id, outcome(0.6))
+    sweep.on_outcome(jobs[0].id, outcome(0.5))
+    sweep.on_outcome(jobs[1].id, outcome(0.6))
     sweep.interrupted()  # killed with replicate 2 of the first candidate half-way
     first = json.loads((exp / "tracking.json").read_text())
     resumed = Sweep(sp, exp, "optuna", resume=True)
     while (job := resumed.next_job()) is not None:
-        resumed.finish(job.id, outcome(0.7))
+        resumed.on_outcome(job.id, outcome(0.7))
     resumed.end()
     resumed.close()
     state = json.loads((exp / "tracking.json").read_text())
@@ -298,7 +298,7 @@ def test_a_missing_or_failing_tracker_is_one_warning_and_the_sweep_goes_on(tmp_p
     with caplog.at_level(logging.WARNING, logger="loopnas.track"):
         sweep = Sweep(sp, exp, "optuna")
         while (job := sweep.next_job()) is not None:
-            sweep.finish(job.id, outcome(0.5))
+            sweep.on_outcome(job.id, outcome(0.5))
         sweep.end()
         sweep.close()
     lines = [r.getMessage() for r in caplog.records if r.name == "loopnas.track"]
@@ -320,7 +320,7 @@ def test_a_tracking_server_that_is_down_is_one_warning_within_seconds(tmp_path, 
     with caplog.at_level(logging.WARNING, logger="loopnas.track"):
         sweep = Sweep(sp, exp, "optuna")
         while (job := sweep.next_job()) is not None:
-            sweep.finish(job.id, outcome(0.5))
+            sweep.on_outcome(job.id, outcome(0.5))
         sweep.end()
         sweep.close()
     assert time.time() - start < 60  # MLflow's own retries would take 4 minutes

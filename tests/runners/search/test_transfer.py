@@ -33,7 +33,7 @@ def drive(sweep, quality):
     """Finish every job of ``sweep`` with ``quality(params, seed)``: no training."""
     while (job := sweep.next_job()) is not None:
         value = quality(sweep.records[job.trial].params, job.config["seed"])
-        sweep.finish(job.id, {"status": "complete",
+        sweep.on_outcome(job.id, {"status": "complete",
                               "measured": [{"k": None, "value": value, "metrics": {"acc": value}}]})
     sweep.close()
 
@@ -318,7 +318,7 @@ def test_elastic_points_are_retrained_once_per_trial_and_compared_at_the_same_k(
 
     def run(sweep, outcome):
         while (job := sweep.next_job()) is not None:
-            sweep.finish(job.id, {"status": "complete",
+            sweep.on_outcome(job.id, {"status": "complete",
                                   "measured": outcome(sweep.records[job.trial].params, job.config["seed"])})
         sweep.close()
 
@@ -365,7 +365,7 @@ def test_a_transfer_trains_its_scales_on_ray(tmp_path, one_thread, monkeypatch):
     exp = run_sweep(space, out=tmp_path / "exp", progress=False)
     t = run_transfer(exp, scales=(2.0,), engine="ray", progress=False)
     scale = exp / "transfer" / "scale-2x"
-    assert read_experiment(scale).backend == "ray"
+    assert read_experiment(scale).engine == "ray"
     trained = read_trials(scale)
     assert len(trained) == 2 and all(r.status == "complete" and len(r.replicates) == 2 for r in trained)
     big = t.scales[1]
