@@ -9,20 +9,29 @@ imported inside the functions, so the CLI can name :class:`CheckpointError` with
 A checkpoint is never read past its cap (issue #34): :func:`checkpoint_cap` of the model it
 should hold when that is known (its weights and AdamW's two moments, with room, plus a
 fixed allowance), else :data:`MAX_CHECKPOINT`; a larger file is refused before it is read.
+
+A proxy run's checkpoint is a :class:`TrainState`, written by :func:`save_state` and read by
+:func:`load_state` as the same dict every earlier trainer wrote, so an old experiment resumes.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import pickle
 import tempfile
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nas.errors import LoopnasError
+
+if TYPE_CHECKING:
+    import torch
 
 CHECKPOINT = "checkpoint.pt"
 RESULT = "result.json"
@@ -203,6 +212,117 @@ def load(path: str | Path, map_location: Any = "cpu", cap: int | None = None) ->
     return ckpt
 
 
+@dataclass
+class RngState:
+    """Every random stream a proxy run draws from, so a resumed run continues bit for bit."""
+
+    torch: torch.Tensor  # torch's global generator: model init, dropout, sampled placements
+    cuda: list[torch.Tensor] | None  # every CUDA device's generator; None for a run on CPU
+    data: torch.Tensor  # the training batches' generator
+    loops: torch.Tensor  # the loop-count sampler's generator
+
+    @classmethod
+    def capture(cls, data: torch.Generator, loops: torch.Generator, cuda: bool) -> RngState:
+        import torch
+
+        return cls(torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None,
+                   data.get_state(), loops.get_state())
+
+    def restore(self, data: torch.Generator, loops: torch.Generator, cuda: bool) -> None:
+        import torch
+
+        torch.set_rng_state(self.torch)
+        if cuda:
+            torch.cuda.set_rng_state_all(self.cuda)
+        data.set_state(self.data)
+        loops.set_state(self.loops)
+
+
+@dataclass
+class CurriculumState:
+    """Where a state-tracking curriculum stands: its stage and the best value at each n."""
+
+    index: int
+    stage_acc: dict[int, float]
+
+
+@dataclass
+class TrainState:
+    """A proxy run's checkpoint: the weights, AdamW's state, the progress through the
+    schedule and the curriculum, the history so far and every RNG stream. The schedule's
+    position is ``step`` and ``stage_start`` (the curriculum stage's first step); the
+    learning rate is recomputed from them, so no scheduler state is kept."""
+
+    fingerprint: str  # :func:`fingerprint` of the run's arch and config
+    step: int
+    arch: dict[str, Any]  # the spec as given to the trainer (JSON), for ``train --resume``
+    config: dict[str, Any]  # the TrainConfig (JSON)
+    stage_start: int
+    tokens: int
+    losses: list[float]
+    depth_rows: dict[str, int]
+    evals: list[dict[str, Any]]  # EvalRecord dumps: {"step", "metrics"}
+    model: dict[str, Any]  # the model's state_dict
+    optimizer: dict[str, Any]  # the optimizer's state_dict
+    rng: RngState
+    curriculum: CurriculumState | None
+
+    def matches(self, arch: Any, config: Any) -> bool:
+        """Whether a run of ``arch`` and ``config`` may resume from this state (see
+        :func:`fingerprint`): the saved arch is read through today's spec first, so a value
+        whose meaning is unchanged but whose spelling is (Mamba2's old written-out chunk
+        256) still matches."""
+        from nas.spec import ArchSpec
+
+        try:
+            saved, config_data = json.loads(self.fingerprint)
+            saved = ArchSpec.model_validate(saved).model_dump(mode="json")
+        except (ValueError, TypeError):  # an arch that no longer validates
+            return False
+        return json.dumps([saved, config_data], sort_keys=True) == fingerprint(arch, config)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict a checkpoint file holds (the RNG states and curriculum as nested dicts)."""
+        return {**_fields(self), "rng": _fields(self.rng),
+                "curriculum": _fields(self.curriculum) if self.curriculum is not None else None}
+
+    @classmethod
+    def from_dict(cls, ckpt: dict[str, Any], path: str | Path = "checkpoint") -> TrainState:
+        """The state in ``ckpt`` (what :func:`load` returns); a dict that is not a proxy
+        run's checkpoint is a :class:`CheckpointError` naming ``path``."""
+        try:
+            curriculum = ckpt["curriculum"]
+            return cls(**{**{f.name: ckpt[f.name] for f in dataclasses.fields(cls)},
+                          "rng": RngState(**ckpt["rng"]),
+                          "curriculum": None if curriculum is None else CurriculumState(**curriculum)})
+        except (KeyError, TypeError) as exc:
+            raise CheckpointError(f"{path}: not a training checkpoint ({type(exc).__name__}: {exc})") from None
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    """A dataclass's fields by name, the values themselves (``asdict`` would copy tensors)."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def fingerprint(arch: Any, config: Any) -> str:
+    """What a checkpoint of ``arch`` (an ArchSpec) and ``config`` (a TrainConfig) must
+    match to be resumed. The progress bar may differ, and so may the step or token budget:
+    a resumed run may be extended to more steps."""
+    config_data = config.model_dump(mode="json", exclude={"progress", "steps", "tokens"})
+    return json.dumps([arch.model_dump(mode="json"), config_data], sort_keys=True)
+
+
+def save_state(path: str | Path, state: TrainState) -> None:
+    """Write a proxy run's checkpoint atomically (:func:`save`)."""
+    save(path, state.to_dict())
+
+
+def load_state(path: str | Path, cap: int | None = None) -> TrainState:
+    """The proxy run's checkpoint at ``path`` (:func:`load`: weights only, within ``cap``);
+    its tensors on the CPU, where RNG states live (``load_state_dict`` moves the rest)."""
+    return TrainState.from_dict(load(path, cap=cap), path)
+
+
 def _mb(size: int) -> str:
     return f"{size / (1 << 20):,.0f} MB" if size >= 1 << 20 else f"{size:,} bytes"
 
@@ -212,5 +332,6 @@ def _unreadable(path: str | Path, exc: Exception) -> str:
             f"{type(exc).__name__})")
 
 
-__all__ = ["ALLOWANCE", "BYTES_PER_PARAM", "CHECKPOINT", "MAX_CHECKPOINT", "RESULT", "VOCAB_ROOM", "CheckpointError", "LinkError",
-           "atomic", "checkpoint_cap", "load", "own_dir", "run_folder", "save", "save_figure", "write_text"]
+__all__ = ["ALLOWANCE", "BYTES_PER_PARAM", "CHECKPOINT", "MAX_CHECKPOINT", "RESULT", "VOCAB_ROOM", "CheckpointError",
+           "CurriculumState", "LinkError", "RngState", "TrainState", "atomic", "checkpoint_cap", "fingerprint", "load",
+           "load_state", "own_dir", "run_folder", "save", "save_figure", "save_state", "write_text"]

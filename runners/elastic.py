@@ -8,15 +8,29 @@ depth, so every update mixes depths whatever the gradient-accumulation setting. 
 ``per: row``, the default; ``per: micro_batch`` draws one count per micro-batch and
 ``per: step`` one per optimizer step (Huginn's lockstep, :func:`step_dist`). Mixing starts
 at the ``switch_at`` fraction of training (ELR's late switch); before it every row runs one
-loop, the schedule :mod:`nas.elastic` defines for the cost model too.
+loop, the schedule :mod:`nas.elastic` defines for the cost model too. A run past its switch
+is evaluated at every ``elastic.eval`` count (:func:`elastic_points`): one trained model, one
+(quality, compute) point per count.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
+from pydantic import BaseModel
 
 from nas.cost import projection_flops
-from nas.elastic import before_switch, train_dist
+from nas.elastic import before_switch, switch_step, train_dist
 from nas.spec import ArchSpec, LoopDist
+
+
+class ElasticPoint(BaseModel):
+    """One checkpoint evaluated at ``k`` loops: its quality and projection FLOPs per token."""
+
+    k: int
+    quality: float
+    compute: float
+    metrics: dict[str, float]
 
 
 def draw_counts(dist: LoopDist, n: int, generator: torch.Generator) -> list[int]:
@@ -69,4 +83,30 @@ def projection_compute(arch: ArchSpec, loops: int | None = None) -> float:
     return float(projection_flops(arch, loops=loops).total)
 
 
-__all__ = ["train_dist", "before_switch", "draw_counts", "step_dist", "loop_groups", "projection_compute"]
+def trained_loops(arch: ArchSpec, step: int, total: int) -> int | None:
+    """The loop count a model has trained at after ``step`` of ``total`` steps, which its
+    evaluations run: 1 before an elastic switch, else None (the spec's T)."""
+    return 1 if before_switch(arch, step - 1, total) else None
+
+
+def switched_at(arch: ArchSpec, step: int, total: int) -> int | None:
+    """The first step of mixed-depth training, when a run that ended after ``step`` of
+    ``total`` steps got past it; else None (no elastic points are then reported)."""
+    at = switch_step(arch, total) if arch.elastic is not None else None
+    return at if at is not None and step > at else None
+
+
+def elastic_points(arch: ArchSpec, evaluate_at: Callable[[int], dict[str, float]], metric: str
+                   ) -> list[ElasticPoint]:
+    """The trained model evaluated at every ``elastic.eval`` count (``evaluate_at(k)``:
+    its eval metrics at ``k`` loops), priced at that count's projection compute."""
+    points = []
+    for k in arch.elastic.eval:
+        metrics = evaluate_at(k)
+        points.append(ElasticPoint(k=k, quality=metrics[metric], compute=projection_compute(arch, k),
+                                   metrics=metrics))
+    return points
+
+
+__all__ = ["ElasticPoint", "train_dist", "before_switch", "draw_counts", "step_dist", "loop_groups",
+           "projection_compute", "trained_loops", "switched_at", "elastic_points"]

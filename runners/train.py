@@ -1,11 +1,16 @@
 """The proxy trainer: an architecture and a config in, quality numbers out.
 
-:func:`train` is one top-to-bottom loop in the manner of nanoGPT's ``train.py``: build the
-task and the model, then for every optimizer step sample micro-batches, run forward and
-backward (elastic depth splits each micro-batch across loop counts), clip, step,
-evaluate on fixed eval batches, checkpoint. A state-tracking curriculum moves to the next
-stage when eval accuracy reaches its threshold and ends the run when a stage's step
-budget runs out. A non-finite loss ends the run with a failed result, never an exception.
+A :class:`Trainer` is one run, in the manner of torchtitan's ``Trainer`` and nanoGPT's short
+loop: built from the spec and config (task, model, optimizer, fixed eval batches), then
+:meth:`Trainer.fit` runs :meth:`~Trainer.train_step` (sample micro-batches, forward and
+backward in :meth:`~Trainer.forward_backward_step`, where elastic depth splits each
+micro-batch across loop counts; clip, step) until the budget is spent, evaluating on the
+fixed eval batches (:meth:`~Trainer.evaluate`) and checkpointing (:meth:`~Trainer.state`,
+a :class:`~runners.checkpoint.TrainState` that :mod:`runners.checkpoint` saves and loads).
+A state-tracking curriculum moves to the next stage when eval accuracy reaches its
+threshold and ends the run when a stage's step budget runs out. A non-finite loss ends the
+run with a failed result, never an exception. :func:`train` is the entry point: it builds
+a trainer, resumes it from a checkpoint if asked, and fits it.
 
 On CPU a run is deterministic: the same spec, config and seed give the same losses, and a
 run resumed from a checkpoint continues bit for bit (torch's RNG, the data generator and
@@ -21,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import time
 from pathlib import Path
@@ -33,14 +37,14 @@ from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from builders.model import build_model
-from nas.elastic import before_switch, switch_step
+from nas.elastic import before_switch
 from nas.load import resolve
 from nas.proxy import CurriculumConfig, TrainConfig
 from nas.spec import ArchSpec
-from runners.checkpoint import CHECKPOINT, RESULT, checkpoint_cap, write_text
-from runners.checkpoint import load as load_checkpoint
-from runners.checkpoint import save as save_checkpoint
-from runners.elastic import loop_groups, projection_compute, step_dist, train_dist
+from runners.checkpoint import (CHECKPOINT, RESULT, CurriculumState, RngState, TrainState, checkpoint_cap,
+                                fingerprint, load_state, save_state, write_text)
+from runners.elastic import (ElasticPoint, elastic_points, loop_groups, step_dist, switched_at, train_dist,
+                             trained_loops)
 from runners.tasks import Curriculum, Task, make_task
 
 Callback = Callable[[int, dict[str, float]], "bool | None"]
@@ -50,15 +54,6 @@ _SYNC_EVERY = 50  # losses stay on the device between evaluations, at most this 
 
 class EvalRecord(BaseModel):
     step: int
-    metrics: dict[str, float]
-
-
-class ElasticPoint(BaseModel):
-    """One checkpoint evaluated at ``k`` loops: its quality and projection FLOPs per token."""
-
-    k: int
-    quality: float
-    compute: float
     metrics: dict[str, float]
 
 
@@ -230,215 +225,248 @@ def _timed(timings: dict[str, float], phase: str):
         timings[phase] += time.perf_counter() - start
 
 
-def _fingerprint(arch: ArchSpec, config: TrainConfig) -> str:
-    """What a checkpoint must match to be resumed. The progress bar may differ, and so may
-    the step or token budget: a resumed run may be extended to more steps."""
-    config_data = config.model_dump(mode="json", exclude={"progress", "steps", "tokens"})
-    return json.dumps([arch.model_dump(mode="json"), config_data], sort_keys=True)
+class Trainer:
+    """One proxy run of ``arch`` on ``config.task``: built here (the task, the model, AdamW,
+    the RNG streams, the fixed eval batches), optionally :meth:`resume`-d, then :meth:`fit`.
 
+    ``callback(step, metrics)`` runs after every evaluation; returning False stops the run
+    (status ``stopped``). ``out_dir`` receives ``checkpoint.pt`` (every ``checkpoint_every``
+    steps and at the end) and ``result.json``.
+    """
 
-def _reread(fingerprint: str) -> str | None:
-    """A checkpoint's fingerprint with its arch read through today's spec, so a value whose
-    meaning is unchanged but whose spelling is (Mamba2's old written-out chunk 256) still
-    matches; None when the arch no longer validates."""
-    try:
-        arch, config_data = json.loads(fingerprint)
-        return json.dumps([ArchSpec.model_validate(arch).model_dump(mode="json"), config_data], sort_keys=True)
-    except (ValueError, TypeError):
-        return None
+    def __init__(self, arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None,
+                 callback: Callback | None = None):
+        self.start = time.perf_counter()
+        self.arch = arch if arch.is_canonical else resolve(arch)
+        self.config, self.callback = config, callback
+        self.out = Path(out_dir) if out_dir is not None else None
+        self.curriculum = (Curriculum(config.curriculum.stages, config.curriculum.threshold,
+                                      metric=config.curriculum.metric)
+                           if config.curriculum else None)
+        task = (self.curriculum.task(**config.task_params) if self.curriculum
+                else make_task(config.task, **config.task_params))
+        self.proxy = with_vocab(self.arch, task.vocab_size)
+        for params in config.extrapolate:  # fail now, not after training
+            extrapolated(task, params)
+        self.steps = total_steps(config, task)
+        self.stage_budget = config.curriculum.stage_steps if self.curriculum else self.steps
+        self.device = torch.device(config.device)
+        self.cuda = self.device.type == "cuda"
+        self.use_bf16 = self.cuda and config.dtype == "bfloat16"
+
+        torch.manual_seed(config.seed)
+        self.data_gen = torch.Generator().manual_seed(config.seed)
+        self.loop_gen = torch.Generator().manual_seed(config.seed ^ _LOOP_SEED_SALT)
+        self.model = build_model(self.proxy, backend=config.backend, device=self.device)
+        initialise(self.model, self.proxy, config)
+        self.conditioning = self.model.conditioning_parameters()
+        self.optimizer = torch.optim.AdamW(param_groups(self.model, config.weight_decay), lr=config.lr,
+                                           betas=config.betas, fused=self.cuda or None)
+        self.forward = torch.compile(self.model) if config.compile and self.cuda else self.model
+        self.step, self.stage_start, self.tokens, self.lr = 0, 0, 0, config.lr
+        self.losses: list[float] = []
+        self.evals: list[EvalRecord] = []
+        self.depth_rows: dict[str, int] = {}
+        self.pending: list[tuple[torch.Tensor, int, dict[str, int]]] = []  # (loss, tokens, depth_rows) not yet synced
+        self.status: Literal["ok", "stopped", "failed"] = "ok"
+        self.reason: str | None = None
+        self.timings = dict.fromkeys(("build", "steps", "eval", "checkpoint", "callback"), 0.0)
+        self._set_task(task)
+
+    def _set_task(self, task: Task) -> None:
+        """Train and evaluate on ``task`` (a curriculum stage), on its own fixed eval batches."""
+        self.task, self.fixed_eval = task, eval_batches(task, self.config, self.device)
+
+    def autocast(self):
+        return torch.autocast("cuda", dtype=torch.bfloat16) if self.use_bf16 else contextlib.nullcontext()
+
+    def trained_loops(self) -> int | None:
+        """The loop count the model has trained at so far: 1 before an elastic switch."""
+        return trained_loops(self.proxy, self.step, self.steps)
+
+    def train_step(self) -> torch.Tensor:
+        """One optimizer step: ``grad_accum`` micro-batches, each split into the loop counts
+        its rows drew, then clip and step. Returns the step's mean loss, left on the device."""
+        config, step = self.config, self.step
+        self.lr = lr_at(step - self.stage_start, self.stage_budget, config)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+        dist = step_dist(train_dist(self.proxy, step, self.steps), self.loop_gen)  # per: step draws once here
+        self.model.start_step(self.loop_gen)  # random placement with sampling_per: step draws its pattern here
+        for p in self.conditioning:  # ELR: conditioning enters at the switch, at exactly zero
+            p.requires_grad_(not before_switch(self.proxy, step, self.steps))
+        loss = torch.zeros((), device=self.device)
+        for _ in range(config.grad_accum):
+            x, y = (t.to(self.device, non_blocking=True) for t in self.task.batch(config.batch_size, self.data_gen))
+            for loops, rows in loop_groups(dist, config.batch_size, self.loop_gen):
+                loss += self.forward_backward_step(*((x, y) if rows is None else (x[rows], y[rows])), loops)
+            self.tokens += x.numel()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return loss
+
+    def forward_backward_step(self, x: torch.Tensor, y: torch.Tensor, loops: int | None) -> torch.Tensor:
+        """Forward and backward on rows that run ``loops`` (None: the spec's T), weighted by
+        their share of the step's rows; returns that share of the step's loss (detached)."""
+        with self.autocast():
+            loss = self.forward(x, y, loops=loops).loss
+        scale = len(x) / (self.config.batch_size * self.config.grad_accum)
+        (loss * scale).backward()
+        depth = "T" if loops is None else str(loops)
+        self.depth_rows[depth] = self.depth_rows.get(depth, 0) + len(x)
+        return loss.detach() * scale
+
+    def evaluate(self, loops: int | None = None) -> dict[str, float]:
+        """Eval loss and task metrics on the fixed eval batches at ``loops`` (None: the
+        spec's T); the weights, the model's mode and the training RNG are left as they were."""
+        return evaluate(self.model, self.task, self.fixed_eval, self.autocast, eval_seed(self.config), loops)
+
+    def sync(self) -> bool:
+        """Copy the pending steps' losses to the host (the one sync with the device). A
+        non-finite loss fails the run as it was when that loss was computed: False."""
+        values = torch.stack([loss for loss, _, _ in self.pending]).tolist()
+        bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+        if bad is None:
+            self.losses += values
+            self.pending.clear()
+            return True
+        self.step -= len(self.pending) - bad
+        self.tokens, self.depth_rows = self.pending[bad][1], self.pending[bad][2]
+        self.losses += values[:bad]
+        self.status, self.reason = "failed", f"non-finite training loss ({values[bad]}) at step {self.step + 1}"
+        return False
+
+    def record(self, metrics: dict[str, float]) -> None:
+        """Keep an evaluation: the curriculum promotes on it (or ends the run when the
+        stage's budget is spent), then the callback sees it."""
+        curriculum = self.curriculum
+        if curriculum:
+            metrics["n"] = float(curriculum.n)
+            promoted = curriculum.promote(metrics[curriculum.metric])
+            if promoted and curriculum.done:
+                self.status, self.reason = "ok", "every curriculum stage solved"
+            elif promoted:
+                self.stage_start = self.step
+                self._set_task(curriculum.task(**self.config.task_params))
+            elif self.step - self.stage_start >= self.stage_budget:
+                self.status, self.reason = "ok", f"stage n={curriculum.n} unsolved within {self.stage_budget} steps"
+        self.evals.append(EvalRecord(step=self.step, metrics=metrics))
+        with _timed(self.timings, "callback"):
+            if self.callback is not None and self.callback(self.step, metrics) is False:
+                self.status, self.reason = "stopped", f"stopped by the callback at step {self.step}"
+
+    def state(self) -> TrainState:
+        """The run as its checkpoint holds it (the tensors are the live model's and optimizer's)."""
+        curriculum = self.curriculum
+        return TrainState(
+            fingerprint=fingerprint(self.proxy, self.config), step=self.step,
+            arch=self.arch.model_dump(mode="json"), config=self.config.model_dump(mode="json"),
+            stage_start=self.stage_start, tokens=self.tokens, losses=list(self.losses),
+            depth_rows=dict(self.depth_rows), evals=[e.model_dump() for e in self.evals],
+            model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+            rng=RngState.capture(self.data_gen, self.loop_gen, self.cuda),
+            curriculum=CurriculumState(curriculum.index, curriculum.stage_acc) if curriculum else None)
+
+    def restore(self, state: TrainState) -> None:
+        """Continue from ``state``, bit for bit (the fingerprint is :meth:`resume`'s check)."""
+        self.model.load_state_dict(state.model)
+        self.optimizer.load_state_dict(state.optimizer)
+        self.step, self.stage_start, self.tokens = state.step, state.stage_start, state.tokens
+        self.losses, self.evals = list(state.losses), [EvalRecord(**e) for e in state.evals]
+        self.depth_rows = dict(state.depth_rows)
+        state.rng.restore(self.data_gen, self.loop_gen, self.cuda)
+        if self.curriculum:
+            self.curriculum.index = state.curriculum.index
+            self.curriculum.stage_acc = state.curriculum.stage_acc
+            self._set_task(self.curriculum.task(**self.config.task_params))
+
+    def resume(self, path: str | Path) -> None:
+        """Continue from the checkpoint at ``path``, which must be of this arch and config
+        (the step or token budget may differ); it is read within the model's size cap."""
+        state = load_state(path, cap=checkpoint_cap(self.proxy))
+        if not state.matches(self.proxy, self.config):
+            raise ValueError(f"{path} was written by a different arch or config")
+        self.restore(state)
+
+    def fit(self) -> TrainResult:
+        """Train until the budget is spent, the curriculum ends, the callback stops the run
+        or a loss is non-finite; then the result, written to ``out_dir`` if there is one."""
+        config, every, out = self.config, self.config.checkpoint_every, self.out
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+        self.timings["build"] = time.perf_counter() - self.start
+        bar = tqdm(total=self.steps, initial=self.step, disable=not config.progress, desc=self.proxy.name, leave=False)
+        self.model.train()
+        while self.step < self.steps:
+            with _timed(self.timings, "steps"):
+                self.pending.append((self.train_step(), self.tokens, dict(self.depth_rows)))
+                bar.update(1)
+                since = self.step - self.stage_start
+                evaluating = since % config.eval_every == 0 or since == self.stage_budget or self.step == self.steps
+                saving = out is not None and every and self.step % every == 0
+                if evaluating or saving or len(self.pending) >= _SYNC_EVERY:
+                    if not self.sync():
+                        break
+                    bar.set_postfix(loss=f"{self.losses[-1]:.4f}", lr=f"{self.lr:.2e}")
+            if evaluating:
+                with _timed(self.timings, "eval"):
+                    metrics = self.evaluate(self.trained_loops())
+                self.record(metrics)
+            if out is not None and every and (saving or self.reason is not None or self.step == self.steps):
+                with _timed(self.timings, "checkpoint"):
+                    save_state(out / CHECKPOINT, self.state())
+            if self.reason is not None:
+                break
+        bar.close()
+        result = self.result()
+        if out is not None:
+            write_text(out / RESULT, result.model_dump_json(indent=2))  # readers never see half a result
+        return result
+
+    def result(self) -> TrainResult:
+        """The run's outcome: its last evaluation (made now if the run did not end on one),
+        and, unless it failed, the elastic points and the extrapolations."""
+        failed, curriculum, task = self.status == "failed", self.curriculum, self.task
+        with _timed(self.timings, "eval"):
+            final = self.evals[-1].metrics if self.evals and self.evals[-1].step == self.step else {}
+            if not failed and not curriculum and not final:
+                final = self.evaluate(self.trained_loops())
+            metric = getattr(task, "quality_metric", "acc") if "acc" in final or curriculum else "eval_loss"
+            switched = switched_at(self.proxy, self.step, self.steps)
+            points = [] if failed or switched is None else elastic_points(self.proxy, self.evaluate, metric)
+            extrapolation = [] if failed else [extrapolate(self.model, task, params, self.config, self.device,
+                                                           self.autocast) for params in self.config.extrapolate]
+        return TrainResult(
+            status=self.status, reason=self.reason, task=self.config.task, steps=self.step, tokens=self.tokens,
+            params=sum(p.numel() for p in self.model.parameters()),
+            quality_metric="n_max" if curriculum else metric,
+            higher_is_better=bool(curriculum) or metric != "eval_loss",
+            quality=float(curriculum.n_max) if curriculum else final.get(metric), final=final,
+            losses=self.losses, evals=self.evals, elastic=points, switch_step=switched,
+            extrapolation=extrapolation, depth_rows=self.depth_rows,
+            curriculum={**curriculum.summary(), "threshold": curriculum.threshold,
+                        "stage_steps": self.stage_budget} if curriculum else None,
+            vocab={"spec": self.arch.model.vocab_size, "task": task.vocab_size} if self.proxy is not self.arch else None,
+            wall_time=time.perf_counter() - self.start, timings=self.timings, arch=self.proxy)
 
 
 def train(arch: ArchSpec, config: TrainConfig, out_dir: str | Path | None = None,
           callback: Callback | None = None, resume: str | Path | None = None) -> TrainResult:
-    """Train ``arch`` on ``config.task`` and evaluate it.
+    """Train ``arch`` on ``config.task`` and evaluate it (a :class:`Trainer`'s run).
 
     ``callback(step, metrics)`` runs after every evaluation; returning False stops the
     run (status ``stopped``). ``out_dir`` receives ``checkpoint.pt`` (every
     ``checkpoint_every`` steps and at the end) and ``result.json``. ``resume``: a
     checkpoint of the same arch and config to continue from.
     """
-    start = time.perf_counter()
-    arch = arch if arch.is_canonical else resolve(arch)
-    curriculum = (Curriculum(config.curriculum.stages, config.curriculum.threshold,
-                             metric=config.curriculum.metric)
-                  if config.curriculum else None)
-    task = (curriculum.task(**config.task_params) if curriculum
-            else make_task(config.task, **config.task_params))
-    proxy = with_vocab(arch, task.vocab_size)
-    for params in config.extrapolate:  # fail now, not after training
-        extrapolated(task, params)
-    steps = total_steps(config, task)
-    stage_budget = config.curriculum.stage_steps if curriculum else steps
-    device = torch.device(config.device)
-    cuda = device.type == "cuda"
-
-    torch.manual_seed(config.seed)
-    data_gen = torch.Generator().manual_seed(config.seed)
-    loop_gen = torch.Generator().manual_seed(config.seed ^ _LOOP_SEED_SALT)
-    model = build_model(proxy, backend=config.backend, device=device)
-    initialise(model, proxy, config)
-    conditioning = model.conditioning_parameters()
-    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr,
-                                  betas=config.betas, fused=cuda or None)
-    step, stage_start, tokens = 0, 0, 0
-    losses: list[float] = []
-    evals: list[EvalRecord] = []
-    depth_rows: dict[str, int] = {}
+    trainer = Trainer(arch, config, out_dir, callback)
     if resume is not None:
-        # on CPU, where RNG states live; load_state_dict moves the rest. Capped by the model's size
-        ckpt = load_checkpoint(resume, cap=checkpoint_cap(proxy))
-        if _reread(ckpt["fingerprint"]) != _fingerprint(proxy, config):
-            raise ValueError(f"{resume} was written by a different arch or config")
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        step, stage_start, tokens = ckpt["step"], ckpt["stage_start"], ckpt["tokens"]
-        losses, evals = ckpt["losses"], [EvalRecord(**e) for e in ckpt["evals"]]
-        depth_rows = ckpt["depth_rows"]
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        if cuda:
-            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-        data_gen.set_state(ckpt["rng"]["data"])
-        loop_gen.set_state(ckpt["rng"]["loops"])
-        if curriculum:
-            curriculum.index = ckpt["curriculum"]["index"]
-            curriculum.stage_acc = ckpt["curriculum"]["stage_acc"]
-            task = curriculum.task(**config.task_params)
-    fixed_eval = eval_batches(task, config, device)
-    forward = torch.compile(model) if config.compile and cuda else model
-    use_bf16 = cuda and config.dtype == "bfloat16"
-
-    def trained_loops() -> int | None:
-        """The loop count the model has trained at so far: 1 before an elastic switch."""
-        return 1 if before_switch(proxy, step - 1, steps) else None
-
-    def autocast():
-        return torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
-
-    out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-    status, reason = "ok", None
-    bar = tqdm(total=steps, initial=step, disable=not config.progress, desc=proxy.name, leave=False)
-    pending: list[tuple[torch.Tensor, int, dict[str, int]]] = []  # (loss, tokens, depth_rows) of steps not yet synced
-    timings = {"build": time.perf_counter() - start, "steps": 0.0, "eval": 0.0, "checkpoint": 0.0,
-               "callback": 0.0}
-    model.train()
-    while step < steps:
-        with _timed(timings, "steps"):
-            lr = lr_at(step - stage_start, stage_budget, config)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            dist = step_dist(train_dist(proxy, step, steps), loop_gen)  # per: step draws once here
-            model.start_step(loop_gen)  # random placement with sampling_per: step draws its pattern here
-            for p in conditioning:  # ELR: conditioning enters at the switch, at exactly zero
-                p.requires_grad_(not before_switch(proxy, step, steps))
-            loss = torch.zeros((), device=device)
-            for _ in range(config.grad_accum):
-                x, y = (t.to(device, non_blocking=True) for t in task.batch(config.batch_size, data_gen))
-                for loops, rows in loop_groups(dist, config.batch_size, loop_gen):
-                    xs, ys = (x, y) if rows is None else (x[rows], y[rows])
-                    with autocast():
-                        micro = forward(xs, ys, loops=loops).loss
-                    scale = len(xs) / (config.batch_size * config.grad_accum)
-                    (micro * scale).backward()
-                    loss += micro.detach() * scale
-                    depth = "T" if loops is None else str(loops)
-                    depth_rows[depth] = depth_rows.get(depth, 0) + len(xs)
-                tokens += x.numel()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            pending.append((loss, tokens, dict(depth_rows)))
-            bar.update(1)
-
-            since = step - stage_start
-            evaluating = since % config.eval_every == 0 or since == stage_budget or step == steps
-            every = config.checkpoint_every
-            saving = out is not None and every and step % every == 0
-            if evaluating or saving or len(pending) >= _SYNC_EVERY:
-                values = torch.stack([loss for loss, _, _ in pending]).tolist()  # the one host sync
-                bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
-                if bad is not None:  # the run ends as it was when that step's loss was computed
-                    step -= len(pending) - bad
-                    tokens, depth_rows = pending[bad][1], pending[bad][2]
-                    losses += values[:bad]
-                    status, reason = "failed", f"non-finite training loss ({values[bad]}) at step {step + 1}"
-                    break
-                losses += values
-                pending.clear()
-                bar.set_postfix(loss=f"{values[-1]:.4f}", lr=f"{lr:.2e}")
-
-        if evaluating:
-            with _timed(timings, "eval"):
-                metrics = evaluate(model, task, fixed_eval, autocast, eval_seed(config), trained_loops())
-            if curriculum:
-                metrics["n"] = float(curriculum.n)
-                promoted = curriculum.promote(metrics[curriculum.metric])
-                if promoted and curriculum.done:
-                    status, reason = "ok", "every curriculum stage solved"
-                elif promoted:
-                    task, stage_start = curriculum.task(**config.task_params), step
-                    fixed_eval = eval_batches(task, config, device)
-                elif since >= stage_budget:
-                    status, reason = "ok", f"stage n={curriculum.n} unsolved within {stage_budget} steps"
-            evals.append(EvalRecord(step=step, metrics=metrics))
-            with _timed(timings, "callback"):
-                if callback is not None and callback(step, metrics) is False:
-                    status, reason = "stopped", f"stopped by the callback at step {step}"
-        finished = reason is not None or step == steps
-        if saving or out is not None and every and finished:
-            with _timed(timings, "checkpoint"):
-                save_checkpoint(out / CHECKPOINT, {
-                    "fingerprint": _fingerprint(proxy, config), "step": step,
-                    "arch": arch.model_dump(mode="json"), "config": config.model_dump(mode="json"),
-                    "stage_start": stage_start, "tokens": tokens, "losses": losses,
-                    "depth_rows": depth_rows, "evals": [e.model_dump() for e in evals],
-                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "rng": {"torch": torch.get_rng_state(),
-                            "cuda": torch.cuda.get_rng_state_all() if cuda else None,
-                            "data": data_gen.get_state(), "loops": loop_gen.get_state()},
-                    "curriculum": ({"index": curriculum.index, "stage_acc": curriculum.stage_acc}
-                                   if curriculum else None),
-                })
-        if reason is not None:
-            break
-    bar.close()
-
-    with _timed(timings, "eval"):
-        final = evals[-1].metrics if evals and evals[-1].step == step else {}
-        if status != "failed" and not curriculum and not final:
-            final = evaluate(model, task, fixed_eval, autocast, eval_seed(config), trained_loops())
-        metric = getattr(task, "quality_metric", "acc") if "acc" in final or curriculum else "eval_loss"
-        points = []
-        switched = switch_step(proxy, steps) if proxy.elastic is not None else None
-        switched = switched if switched is not None and step > switched else None
-        if status != "failed" and switched is not None:
-            for k in proxy.elastic.eval:
-                m = evaluate(model, task, fixed_eval, autocast, eval_seed(config), loops=k)
-                points.append(ElasticPoint(k=k, quality=m[metric], compute=projection_compute(proxy, k),
-                                           metrics=m))
-        extrapolation = ([] if status == "failed" else
-                         [extrapolate(model, task, params, config, device, autocast)
-                          for params in config.extrapolate])
-    quality = float(curriculum.n_max) if curriculum else final.get(metric)
-    result = TrainResult(
-        status=status, reason=reason, task=config.task, steps=step, tokens=tokens,
-        params=sum(p.numel() for p in model.parameters()),
-        quality_metric="n_max" if curriculum else metric, higher_is_better=bool(curriculum) or metric != "eval_loss",
-        quality=quality, final=final, losses=losses, evals=evals, elastic=points, switch_step=switched, extrapolation=extrapolation,
-        depth_rows=depth_rows,
-        curriculum={**curriculum.summary(), "threshold": curriculum.threshold,
-                    "stage_steps": stage_budget} if curriculum else None,
-        vocab={"spec": arch.model.vocab_size, "task": task.vocab_size} if proxy is not arch else None,
-        wall_time=time.perf_counter() - start, timings=timings, arch=proxy,
-    )
-    if out is not None:
-        write_text(out / RESULT, result.model_dump_json(indent=2))  # readers never see half a result
-    return result
+        trainer.resume(resume)
+    return trainer.fit()
 
 
 __all__ = ["CurriculumConfig", "TrainConfig", "TrainResult", "EvalRecord", "ElasticPoint",
-           "ExtrapolationPoint", "extrapolate",
-           "train", "with_vocab", "lr_at", "param_groups", "ffn_parameters", "evaluate",
-           "save_checkpoint"]
+           "ExtrapolationPoint", "Trainer", "TrainState", "extrapolate",
+           "train", "with_vocab", "lr_at", "param_groups", "ffn_parameters", "evaluate"]
