@@ -39,7 +39,7 @@ last completion - time of the first) / (N - 1), so the fixed start (worker spawn
 loopnas' driver time is split by wrapping (exclusive time, nested calls subtracted): the
 sampler's methods, the journal's reads and appends, the records' writes, the gate's pricing
 (``cost_value``, ``violations``, ``summary``, ``spec_hash``), ``Space.candidate`` (lowering
-and budget match, the suggests' sampler time excluded), the rest of ``next_job``/``finish``/
+and budget match, the suggests' sampler time excluded), the rest of ``next_job``/``on_outcome``/
 ``on_rung`` (records bookkeeping, the study's own ask/tell code), the progress line; the rest
 of the wall is the pool/Tune (pipes, worker round trips, Tune's event loop).
 
@@ -213,31 +213,32 @@ def space_file(work: Path, trials: int, sampler: str, storage: str | None) -> Pa
 def run_loopnas(engine: str, trials: int, sampler: str, storage: str | None, work: Path) -> dict:
     import nas.space
     from nas.space import load_space
-    from runners.sweep import driver, local, run
+    from runners.sweep import driver, gate, local, recorder, run, study
     from runners.sweep import trial as trial_mod
     from runners.results.records import read_trials
 
     timer = Timer()
     finished: list[float] = []
     journal_timer(timer)
-    make = driver.make_sampler
-    driver.make_sampler = lambda *a, **k: timer.sampler(make(*a, **k))
+    make = study.make_sampler
+    study.make_sampler = lambda *a, **k: timer.sampler(make(*a, **k))
     for name in ("cost_value", "violations", "summary", "spec_hash"):
-        setattr(driver, name, timer.wrap(getattr(driver, name), "pricing (cost model, hash)"))
-    timer.patch(driver, "write_json", "records (JSON writes)")
+        setattr(gate, name, timer.wrap(getattr(gate, name), "pricing (cost model, hash)"))
+    driver.cost_value = timer.wrap(driver.cost_value, "pricing (cost model, hash)")
+    timer.patch(recorder, "write_json", "records (JSON writes)")
     timer.patch(nas.space.Space, "candidate", "candidate (lower, match)")
     timer.patch(driver.Sweep, "next_job", "next_job rest (ask, gate)")
     timer.patch(driver.Sweep, "on_rung", "on_rung rest")
     timer.patch(run._Line, "counts", "progress line")
     timer.patch(run._Line, "text", "progress line")
-    finish = timer.wrap(driver.Sweep.finish, "finish rest (tell, settle)")
+    on_outcome = timer.wrap(driver.Sweep.on_outcome, "on_outcome rest (tell, record)")
 
-    def finish_stamped(self, *a, **k):
-        out = finish(self, *a, **k)
+    def on_outcome_stamped(self, *a, **k):
+        out = on_outcome(self, *a, **k)
         finished.append(time.perf_counter())
         return out
 
-    driver.Sweep.finish = finish_stamped
+    driver.Sweep.on_outcome = on_outcome_stamped
     local._worker_main = bench_worker_main
     trial_mod.ray_trainable = bench_ray_trainable
     if storage == "sqlite":
@@ -279,7 +280,7 @@ def bare_optuna(trials: int, sampler: str, storage: str | None, work: Path, fill
     from optuna.storages.journal import JournalFileBackend
 
     from nas.space import load_space
-    from runners.sweep.driver import make_sampler
+    from runners.sweep.study import make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(space_file(work, trials, sampler, None))
@@ -505,7 +506,7 @@ def report(results: list[dict], args, cmd: str, wall: float) -> str:
     split_rows = [r for r in ok if r["cfg"]["kind"] == "loopnas"]
     if split_rows:
         cats = ["sampler", "journal append", "journal read", "candidate (lower, match)", "pricing (cost model, hash)",
-                "records (JSON writes)", "next_job rest (ask, gate)", "finish rest (tell, settle)", "on_rung rest",
+                "records (JSON writes)", "next_job rest (ask, gate)", "on_outcome rest (tell, record)", "on_rung rest",
                 "progress line"]
         heads = [f"{r['cfg']['engine']} {r['cfg']['sampler']}{' sqlite' if r['cfg'].get('storage') else ''} "
                  f"{r['cfg']['trials']:,}" for r in split_rows]

@@ -18,7 +18,7 @@ Nothing is added to the sweep's code; the timestamps are those it already keeps:
   the job's validation, result.json);
 - in this process, by wrapping, not editing: when each worker process was created and which
   jobs it was given (``runners.sweep.local._Worker``), and when the driver was busy in
-  ``Sweep.next_job``/``finish``/``on_rung`` (Optuna's ask and tell, the gate's pricing,
+  ``Sweep.next_job``/``on_outcome``/``on_rung`` (Optuna's ask and tell, the gate's pricing,
   records written).
 
 A slot's time outside trials is ``driver start`` (sweep start to the worker's creation),
@@ -73,7 +73,7 @@ class Probe:
             return give(worker, job, *args, **kw)
 
         local._Worker.__init__, local._Worker.give = created, given
-        for name in ("next_job", "finish", "on_rung"):
+        for name in ("next_job", "on_outcome", "on_rung"):
             setattr(Sweep, name, self._timed(getattr(Sweep, name)))
 
     def _timed(self, method):

@@ -124,6 +124,28 @@ def test_duplicates_reuse_every_replicate(tmp_path):
     assert dup.points[0].values["acc"] == pytest.approx(0.4) and dup.points[0].n == 2
 
 
+def test_the_budget_is_counted_as_records_are_written(tmp_path):
+    """``budget_used`` keeps its count as records change; it is what a count over every
+    record gives, from the first ask to a resume."""
+    def recount(sweep):
+        settled = sum(r.status in sweep.final for r in sweep.records.values())
+        return settled + len(sweep.active) + sum(map(len, sweep.scheduler.waiting.values()))
+
+    sweep = Sweep(space(tmp_path), tmp_path / "exp", "optuna")
+    jobs = []
+    while (job := sweep.next_job()) is not None:
+        assert sweep.budget_used() == recount(sweep) > 0
+        jobs.append(job)
+    for job, status in zip(jobs, ["complete", "failed", "complete", "complete", "pruned", "complete"]):
+        sweep.on_outcome(job.id, outcome(0.5 if status == "complete" else None, status))
+        assert sweep.budget_used() == recount(sweep)
+    assert sweep.budget_used() == 2 and not sweep.wants_more()
+    sweep.close()
+    resumed = Sweep(space(tmp_path), tmp_path / "exp", "optuna", resume=True)
+    assert resumed.budget_used() == recount(resumed) == 2 and resumed.next_job() is None
+    resumed.close()
+
+
 def test_real_sweep_with_replicates_status_and_report(tmp_path):
     sp = space(tmp_path, seeds=2)
     exp = run_sweep(sp, out=tmp_path / "exp", engine="optuna", progress=False)
