@@ -271,12 +271,12 @@ class TrainState:
         """Whether a run of ``arch`` and ``config`` may resume from this state (see
         :func:`fingerprint`): the saved arch is read through today's spec first, so a value
         whose meaning is unchanged but whose spelling is (Mamba2's old written-out chunk
-        256) still matches."""
-        from nas.spec import ArchSpec
+        256: :func:`nas.spec.migrate_arch`) still matches."""
+        from nas.spec import ArchSpec, migrate_arch
 
         try:
             saved, config_data = json.loads(self.fingerprint)
-            saved = ArchSpec.model_validate(saved).model_dump(mode="json")
+            saved = ArchSpec.model_validate(migrate_arch(saved)).model_dump(mode="json")
         except (ValueError, TypeError):  # an arch that no longer validates
             return False
         return json.dumps([saved, config_data], sort_keys=True) == fingerprint(arch, config)
