@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from nas import loads_arch
-from nas.spec import Mamba2Spec
+from nas.spec import Mamba2Spec, migrate_arch
 from runners.checkpoint import CHECKPOINT, load, save
 from runners.train import TrainConfig, train
 
@@ -24,9 +24,12 @@ def config(steps: int) -> TrainConfig:
                        checkpoint_every=2, progress=False)
 
 
-def test_the_old_written_out_chunk_reads_as_the_default():
-    assert Mamba2Spec(chunk_size=256) == Mamba2Spec()
-    assert Mamba2Spec(chunk_size=64).chunk_size == 64
+def test_the_old_written_out_chunk_reads_as_the_default_where_it_was_stored():
+    """A stored spec migrates (nas.spec.migrate_arch); one a person writes reads as written."""
+    stored = {"layers": [{"mixer": {"kind": "mamba2", "chunk_size": 256}}, {"mixer": {"kind": "gdn", "chunk_size": 256}}]}
+    assert migrate_arch(stored)["layers"][0]["mixer"]["chunk_size"] is None
+    assert migrate_arch(stored)["layers"][1]["mixer"]["chunk_size"] == 256  # another kind's is its own
+    assert Mamba2Spec(chunk_size=256).chunk_size == 256 and Mamba2Spec().chunk_size is None
 
 
 def test_a_checkpoint_written_with_the_old_default_resumes(tmp_path):
