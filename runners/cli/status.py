@@ -64,7 +64,8 @@ def status_data(exp_dir: Path) -> dict:
     elastic = sum(1 for d in digests if d["status"] == "complete" and len(d["points"]) > 1)
     url = (exp.space.get("search") or {}).get("storage")
     storage = exp.storage if url and exp.storage else study_storage(exp_dir, url)  # a journal moves with the directory
-    return {"experiment": exp.name, "dir": str(exp_dir), "storage": storage, "backend": exp.engine,  # the key status has always printed
+    # "backend": the key status has always printed for the engine
+    return {"experiment": exp.name, "dir": str(exp_dir), "storage": storage, "backend": exp.engine,
             "requested": exp.trials, "unreadable": [str(p) for p in unreadable],
             **counts, "elastic_trials": elastic, "seeds": exp.seeds, "devices": per_device(digests),
             "objectives": [o.model_dump() for o in exp.objectives],
