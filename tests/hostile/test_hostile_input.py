@@ -253,7 +253,7 @@ def test_a_huge_grid_is_counted_not_listed(tmp_path, capsys):
 
 
 def test_the_driver_grid_refuses_before_listing(tmp_path):
-    from runners.sweep.driver import SweepError, _grid
+    from runners.sweep.study import SweepError, _grid
 
     params = "a: {target: model.width, low: 1, high: 1000000000000}"
     loaded = load_space(write(tmp_path, space(params)))  # tpe: a range is fine
