@@ -48,8 +48,6 @@ from .sheet import (
     unique_params,
 )
 
-COST_FIELDS = COST_METRICS  # TEMPORARY until runners/report/data.py reads COST_METRICS
-
 __all__ = [
     "COST_METRICS", "CostSheet", "Counts", "ExtraCost", "Figures", "OpCost", "ProjectionFlops",
     "DEFAULT_SEQ_LEN", "DTYPE_BYTES", "cost", "counts", "embedding_params", "figures_at", "layer_choices",

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nas.cost import COST_FIELDS, sheet_value
+from nas.cost import sheet_value
+from nas.metrics import COST_METRICS
 from nas.noise import kendall_tau
 from nas.pareto import hypervolume, pareto_front
 from runners.results import experiment
@@ -115,7 +116,7 @@ def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) ->
         sheet = _sheet_at(cost, p.k)
         values = dict(p.values)
         for o in objectives:
-            if o.name not in values and o.name in COST_FIELDS:  # cost objectives the sheet has
+            if o.name not in values and o.name in COST_METRICS:  # cost objectives the sheet has
                 try:
                     values[o.name] = sheet_value(cost, o.name, p.k if str(p.k) in cost.get("per_k", {}) else None)
                 except (KeyError, TypeError, ValueError):  # a field the sheet lacks: named below
