@@ -26,6 +26,7 @@ numpy, plus scipy's distributions (imported lazily: validate, cost and the front
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Sequence
@@ -713,12 +714,42 @@ def holm(ps: Sequence[float]) -> list[float]:
 
 
 def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
-    """Kendall's τ-b (ties in either ranking corrected); NaN when either ranking is all ties."""
+    """Kendall's τ-b (ties in either ranking corrected); NaN when either ranking is all ties.
+
+    Up to :data:`_PAIRWISE` items every pair is compared; past it Knight's O(n log n) count
+    (the one scipy's ``kendalltau`` uses: sort by x then y, the discordant pairs are the
+    inversions of y), so a report's rank agreement over 10,000 trials costs milliseconds."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    i, j = np.triu_indices(len(x), k=1)
-    dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
-    denom = math.sqrt(np.count_nonzero(dx) * np.count_nonzero(dy))
-    return float((dx * dy).sum() / denom) if denom else float("nan")
+    n = len(x)
+    if n <= _PAIRWISE:
+        i, j = np.triu_indices(n, k=1)
+        dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+        denom = math.sqrt(np.count_nonzero(dx) * np.count_nonzero(dy))
+        return float((dx * dy).sum() / denom) if denom else float("nan")
+    if np.isnan(x).any() or np.isnan(y).any():
+        return float("nan")
+    order = np.lexsort((y, x))
+    xs, ys = x[order], y[order]
+    pairs = n * (n - 1) // 2
+
+    def tied(*keys: np.ndarray) -> int:
+        new = np.r_[True, np.any([k[1:] != k[:-1] for k in keys], axis=0)]
+        runs = np.diff(np.r_[np.flatnonzero(new), n])
+        return int((runs * (runs - 1) // 2).sum())
+
+    ties_x, ties_xy = tied(xs), tied(xs, ys)
+    ties_y = tied(np.sort(ys))
+    seen: list[float] = []
+    discordant = 0
+    for j, v in enumerate(ys.tolist()):  # pairs i < j with y_i > y_j: x-ties are sorted by y, never counted
+        discordant += j - bisect.bisect_right(seen, v)
+        bisect.insort(seen, v)
+    concordant = pairs - ties_x - ties_y + ties_xy - discordant
+    denom = math.sqrt((pairs - ties_x) * (pairs - ties_y))
+    return float((concordant - discordant) / denom) if denom else float("nan")
+
+
+_PAIRWISE = 200  # items up to which kendall_tau compares every pair
 
 
 @dataclass(frozen=True)

@@ -215,14 +215,6 @@ def hypervolume_history(exp: Experiment) -> list[tuple[str, float]]:
     return history
 
 
-def _tau(x: list[float], y: list[float]) -> float:
-    """``nas.noise.kendall_tau`` (τ-b); past 500 trials scipy's O(n log n) τ-b, not every pair."""
-    if len(x) <= 500:
-        return kendall_tau(x, y)
-    from scipy import stats
-    return float(stats.kendalltau(x, y, variant="b").statistic)
-
-
 @dataclass(frozen=True)
 class Agreement:
     step: int
@@ -251,7 +243,7 @@ def rank_agreement(exp: Experiment) -> list[Agreement]:
     for step in sorted(by_step):
         ids = sorted(by_step[step])
         if len(ids) >= 3:
-            tau = _tau([by_step[step][i] for i in ids], [final[i] for i in ids])
+            tau = kendall_tau([by_step[step][i] for i in ids], [final[i] for i in ids])
             out.append(Agreement(step, tau, len(ids)))
     return out
 
