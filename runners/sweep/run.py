@@ -119,20 +119,16 @@ def _bar(console: Console, progress: bool) -> Progress:
 def run_sweep(space: Space | str | Path, out: str | Path | None = None, engine: str = DEFAULT_ENGINE,
               trials: int | None = None, resume: bool = False, address: str | None = None,
               progress: bool = True, seeds: int | None = None, planned: list[dict] | None = None,
-              track: list[str] | None = None, report: Callable[[Path], Any] | None = None,
-              backend: str | None = None) -> Path:
+              track: list[str] | None = None, report: Callable[[Path], Any] | None = None) -> Path:
     """Run (or ``resume``) a sweep on ``engine``; returns the experiment directory. ``seeds`` overrides
     the space's ``proxy.seeds`` (replicates per candidate); ``planned``: a fixed list of
     parameter sets to train instead of sampling (``loopnas calibrate``); ``track``: trackers
     beside the space's ``search.track`` (``runners.track``), given the report ``report(out)``
-    writes (``runners.report.write_report``) once the sweep has ended. ``backend``: the old
-    name of ``engine``, until runners.cli.sweep, runners.calibrate, runners.transfer.run and
-    runners.oneshot.check pass ``engine`` (issue #33)."""
+    writes (``runners.report.write_report``) once the sweep has ended."""
     from runners.track import BACKENDS as TRACKERS
 
     from .driver import SweepError
 
-    engine = backend or engine
     space = space if isinstance(space, Space) else load_space(space)
     if engine not in ENGINES:
         raise SweepError(f"--engine must be one of {', '.join(ENGINES)} (got {engine!r})")

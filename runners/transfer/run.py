@@ -190,7 +190,7 @@ def train(prep: Prepared, engine: str = "optuna", address: str | None = None, pr
     for run in prep.runs:
         resume = check_resumable(run.space, run.dir)
         try:
-            run_sweep(run.space, out=run.dir, backend=engine, resume=resume, address=address, progress=progress,
+            run_sweep(run.space, out=run.dir, engine=engine, resume=resume, address=address, progress=progress,
                       seeds=prep.seeds, planned=run.space.planned())
         except SweepError as exc:
             raise TransferError(str(exc)) from None
