@@ -345,8 +345,6 @@ class Sweep:
         if self.scheduler.idle(rid):
             self._candidate_ended(rid)
 
-    finish = on_outcome  # its old name, for tests/hostile/test_hostile_round2.py until it moves
-
     def _candidate_ended(self, rid: str) -> None:
         """Every replicate of ``rid`` has ended: record and tell the candidate's outcome, and
         settle the duplicates that waited for it."""

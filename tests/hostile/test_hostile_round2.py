@@ -255,7 +255,7 @@ def test_calibrate_in_which_every_trial_failed_exits_1_with_the_first_reason(tmp
     def failing(space, out, seeds, planned, **_):  # each trial fails as a worker's exception would
         sweep = Sweep(space, out, "optuna", seeds=seeds, planned=planned)
         while (job := sweep.next_job()) is not None:
-            sweep.finish(job.id, {"status": "failed", "reason": "RuntimeError: planted failure"})
+            sweep.on_outcome(job.id, {"status": "failed", "reason": "RuntimeError: planted failure"})
         sweep.close()
         return out
 

@@ -191,7 +191,7 @@ def test_the_progress_line_counts_and_ranks_means_without_the_bootstrap(tmp_path
     monkeypatch.setattr("nas.noise.p_front", no_bootstrap)
     for job in jobs:
         assert line.counts() == sweep.counts()
-        sweep.finish(job.id, outcome(values[job.trial][job.replicate]))
+        sweep.on_outcome(job.id, outcome(values[job.trial][job.replicate]))
     assert line.counts() == sweep.counts() and line.counts()["complete"] == 2
     monkeypatch.undo()
     members = [p.trial for p in front(list(sweep.records.values()), sweep.objectives)]
