@@ -146,7 +146,7 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
     record = read_experiment(exp_dir)
     reprice = seq_len is not None and seq_len != record.seq_len
     whole = reprice or trial_files(Path(exp_dir)) <= WHOLE
-    trials, bad, unreadable = read_candidates(exp_dir, whole)
+    trials, bad, unreadable, replicates = read_candidates(exp_dir, whole)
     exp = Experiment(record, trials, excluded=[f"{p.path.name}: unreadable record ({p.why})" for p in unreadable],
                      dir=Path(exp_dir), seq_len=seq_len or record.seq_len)
     for trial in exp.trials:
@@ -159,7 +159,7 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
         rows, excluded = _rows(trial, exp.objectives, cost)
         exp.points += rows
         exp.excluded += excluded
-    exp.rank()
+    exp.rank(replicates)
     if not whole:
         exp.read_whole(exp.front)
     return exp

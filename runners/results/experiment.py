@@ -122,12 +122,14 @@ class Experiment:
         """The front as plain data (:meth:`TrialPoint.entry`): status's JSON and the terminal table."""
         return [p.entry(self.objectives) for p in self.members]
 
-    def rank(self) -> Experiment:
+    def rank(self, replicates: dict[str, Replicates] | None = None) -> Experiment:
         """Rank ``points``: the front, each point's p_front and each member's tie (in place;
-        returns the experiment)."""
+        returns the experiment). ``replicates``: each trial's by id, where the records hold
+        none (:func:`read_candidates` of digests); else the records'."""
         reps, seeds = [], []
         for p in self.points:
-            rows, s = replicate_rows(replicates_of(p.trial), p.k, self.objectives, p.values)
+            found = replicates_of(p.trial) if replicates is None else replicates.get(p.trial.id, [])
+            rows, s = replicate_rows(found, p.k, self.objectives, p.values)
             reps.append(rows)
             seeds.append(s)
         ranked = rank([p.values for p in self.points], reps, seeds, self.objectives)
@@ -181,20 +183,29 @@ def trial_files(exp_dir: Path) -> int:
         return 0
 
 
-def read_candidates(exp_dir: str | Path, whole: bool) -> tuple[list[TrialRecord], dict[str, str], list[Unreadable]]:
+Replicates = list[tuple[int, str, list]]  # (seed, status, [(k, values), ...]) of each: front.replicate_rows reads them
+
+
+def read_candidates(exp_dir: str | Path, whole: bool) -> tuple[list[TrialRecord], dict[str, str], list[Unreadable],
+                                                               dict[str, Replicates] | None]:
     """Every readable trial record, each canonical spec's problem by trial id
-    (``records.arch_problem``), and what was unreadable, named, not fatal. ``whole``: the
-    records themselves; else their digests (``records.read_index``: incremental, and no
-    spec or replicate rungs in memory)."""
+    (``records.arch_problem``), what was unreadable (named, not fatal) and the replicates
+    by trial id (None: in the records). ``whole``: the records themselves; else their
+    digests (``records.read_index``: incremental, and no spec, replicate rungs or
+    replicate records in memory: each trial's replicates stay the digest's plain lists,
+    for :meth:`Experiment.rank`, and each digest is let go once read)."""
     problems: list[Unreadable] = []
     if whole:
         trials = read_trials(exp_dir, problems=problems)
-        bad = {t.id: records.arch_problem(t.arch) for t in trials if t.status == "complete"}
-    else:
-        digests = read_index(exp_dir, problems=problems, more=True)
-        trials = [undigest(d, more=True) for d in digests]
-        bad = {d["id"]: d["more"].get("arch_problem", "") for d in digests}
-    return trials, bad, problems
+        return trials, {t.id: records.arch_problem(t.arch) for t in trials if t.status == "complete"}, problems, None
+    digests = read_index(exp_dir, problems=problems, more=True)
+    trials, bad, reps = [], {}, {}
+    for n, d in enumerate(digests):
+        digests[n] = None  # type: ignore[call-overload]  # freed as read: the records reuse its memory
+        trials.append(undigest(d, more=True, replicates=False))
+        bad[d["id"]] = d["more"].get("arch_problem", "")
+        reps[d["id"]] = [(seed, status, points) for _, seed, status, points in d["reps"]]
+    return trials, bad, problems, reps
 
 
 def load(exp_dir: str | Path, admit: Callable[[TrialRecord], bool] | None = None) -> Experiment:
@@ -233,5 +244,5 @@ def from_digests(exp_dir: str | Path, record: ExperimentRecord, digests: list[di
     return exp.rank()
 
 
-__all__ = ["Experiment", "TrialPoint", "WHOLE", "from_digests", "load", "points_of", "read_candidates",
+__all__ = ["Experiment", "Replicates", "TrialPoint", "WHOLE", "from_digests", "load", "points_of", "read_candidates",
            "trial_files"]

@@ -422,10 +422,12 @@ def digest(record: TrialRecord) -> dict:
     return data
 
 
-def undigest(data: dict, more: bool = False) -> TrialRecord:
-    """The :class:`TrialRecord` a :func:`digest` keeps (with its ``"more"`` when ``more``)."""
+def undigest(data: dict, more: bool = False, replicates: bool = True) -> TrialRecord:
+    """The :class:`TrialRecord` a :func:`digest` keeps (with its ``"more"`` when ``more``;
+    with no replicates unless ``replicates``: a reader of 10,000 candidates that ranks from
+    the digest's ``"reps"`` itself keeps 50,000 small records out of memory)."""
     replicates = [{"index": i, "seed": seed, "status": status, "points": [{"k": k, "values": v} for k, v in points]}
-                  for i, seed, status, points in data["reps"]]
+                  for i, seed, status, points in data["reps"]] if replicates else []
     brief = {k: v for k, v in data.items() if k not in ("reps", "more")}
     return TrialRecord.model_validate({**brief, "replicates": replicates, **(data["more"] if more else {})})
 
