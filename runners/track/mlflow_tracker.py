@@ -49,9 +49,9 @@ class MlflowTracker:
         if "sweep" in self.state:
             self.client.update_run(self.state["sweep"], status="RUNNING")
             return
-        run = self.client.create_run(eid, run_name=exp.name, tags={"loopnas.kind": "sweep", "backend": exp.backend})
+        run = self.client.create_run(eid, run_name=exp.name, tags={"loopnas.kind": "sweep", "engine": exp.engine})
         self.state["sweep"] = run.info.run_id
-        self._params(run.info.run_id, {"space": exp.name, "backend": exp.backend, "trials": exp.trials,
+        self._params(run.info.run_id, {"space": exp.name, "engine": exp.engine, "trials": exp.trials,
                                        "seeds": exp.seeds, "seed": exp.seed, "seq_len": exp.seq_len,
                                        "sampler": exp.space.get("search", {}).get("sampler"),
                                        "objectives": [f"{o.name} ({o.direction})" for o in exp.objectives]})

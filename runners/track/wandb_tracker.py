@@ -29,7 +29,7 @@ class WandbTracker:
         self.run = self.wandb.init(
             project=self.options.get("project") or exp.name, entity=self.options.get("entity"),
             name=exp.name, id=self.state["id"], resume="allow", dir=str(self.out), job_type="sweep",
-            config={"space": exp.name, "backend": exp.backend, "trials": exp.trials, "seeds": exp.seeds,
+            config={"space": exp.name, "engine": exp.engine, "trials": exp.trials, "seeds": exp.seeds,
                     "objectives": [f"{o.name} ({o.direction})" for o in exp.objectives]},
             settings=self.wandb.Settings(silent=True, console="off"), reinit="create_new")
 

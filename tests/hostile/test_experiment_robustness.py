@@ -87,7 +87,7 @@ def fabricated(root: Path) -> Path:
     objectives = [Objective(name="acc", direction="maximize", measured=True),
                   Objective(name="projection_flops", direction="minimize", measured=False)]
     write_json(root / "experiment.json", ExperimentRecord(
-        name="fab", space={}, objectives=objectives, backend="optuna", trials=3, created=time.time(), seq_len=64))
+        name="fab", space={}, objectives=objectives, engine="optuna", trials=3, created=time.time(), seq_len=64))
     for number, (name, acc) in enumerate([("tiny_noloop", 0.4), ("tiny_mixerloop", 0.6), ("tiny_noloop", 0.5)]):
         arch = load_arch(arch_path(name))
         sheet = cost(arch, seq_len=64).to_dict()

@@ -447,7 +447,7 @@ def markup_experiment(root: Path) -> Path:
                   Objective(name="projection_flops", direction="minimize", measured=False)]
     (root / "trials").mkdir(parents=True)
     write_json(root / "experiment.json", ExperimentRecord(
-        name=MARKUP, space={"name": MARKUP}, objectives=objectives, backend=f"optuna{MARKUP}", trials=4,
+        name=MARKUP, space={"name": MARKUP}, objectives=objectives, engine=f"optuna{MARKUP}", trials=4,
         created=0.0, seq_len=256))
     trials = []
     for n, name in enumerate(("tiny_noloop", "tiny_elr")):
