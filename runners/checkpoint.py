@@ -271,7 +271,9 @@ class TrainState:
         """Whether a run of ``arch`` and ``config`` may resume from this state (see
         :func:`fingerprint`): the saved arch is read through today's spec first, so a value
         whose meaning is unchanged but whose spelling is (Mamba2's old written-out chunk
-        256: :func:`nas.spec.migrate_arch`) still matches."""
+        256: :func:`nas.spec.migrate_arch`) still matches. ``arch`` is migrated too: the
+        migration cannot tell an old stored 256 from one a person wrote, so both sides read
+        alike and a spec that sets ``chunk_size: 256`` resumes its own checkpoint."""
         from nas.spec import ArchSpec, migrate_arch
 
         try:
@@ -279,7 +281,9 @@ class TrainState:
             saved = ArchSpec.model_validate(migrate_arch(saved)).model_dump(mode="json")
         except (ValueError, TypeError):  # an arch that no longer validates
             return False
-        return json.dumps([saved, config_data], sort_keys=True) == fingerprint(arch, config)
+        ours, our_config = json.loads(fingerprint(arch, config))
+        return json.dumps([saved, config_data], sort_keys=True) == json.dumps([migrate_arch(ours), our_config],
+                                                                              sort_keys=True)
 
     def to_dict(self) -> dict[str, Any]:
         """The dict a checkpoint file holds (the RNG states and curriculum as nested dicts)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from nas.spec import ArchSpec, SwitchSpec
+from nas.spec import ArchSpec, SwitchSpec, migrate_arch
 from runners.checkpoint import load
 
 _LOOP_TABLES = ("rho", "index_emb", "budget_emb")
@@ -71,11 +71,12 @@ def inherit(model: torch.nn.Module, target: ArchSpec, state: dict[str, torch.Ten
 
 
 def load_source(path: str | Path) -> tuple[ArchSpec, dict[str, torch.Tensor]]:
-    """A trainer checkpoint (or an extracted sub-network's weights): its spec and tensors."""
+    """A trainer checkpoint (or an extracted sub-network's weights): its spec (read through
+    :func:`nas.spec.migrate_arch`, as every stored spec is) and tensors."""
     ckpt = load(path)
     if "model" not in ckpt or "arch" not in ckpt:
         raise ValueError(f"{path} is not a loopnas checkpoint (no saved spec and weights)")
-    return ArchSpec.model_validate(ckpt["arch"]), ckpt["model"]
+    return ArchSpec.model_validate(migrate_arch(ckpt["arch"])), ckpt["model"]
 
 
 __all__ = ["inherit", "load_source"]

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from nas.plan import max_loops
-from nas.spec import ArchSpec
+from nas.spec import ArchSpec, migrate_arch
 from runners.checkpoint import CHECKPOINT, RESULT, load, write_text
 from runners.results.records import read_optional
 
@@ -48,10 +48,9 @@ def load_run(path: str | Path, spec: str | Path | None = None, task: str | None 
     result = read_optional(result_path, TrainResult) if result_path.is_file() else None
     if spec is not None:
         arch = load_arch(spec)
-    elif result is not None:
-        arch = result.arch
-    elif "arch" in ckpt:
-        arch = ArchSpec.model_validate(ckpt["arch"])
+    elif result is not None or "arch" in ckpt:  # a stored spec: read through today's
+        stored = result.arch.model_dump(mode="json") if result is not None else ckpt["arch"]
+        arch = ArchSpec.model_validate(migrate_arch(stored))
     else:
         raise ValueError(f"{ckpt_path}: no result.json or saved spec next to it; give --spec")
     arch = with_vocab(arch if arch.is_canonical else resolve(arch), state["embed.weight"].shape[0])

@@ -56,3 +56,35 @@ def test_a_checkpoint_of_another_arch_is_still_refused(tmp_path):
         assert "different arch or config" in str(exc)
     else:
         raise AssertionError("a checkpoint of another arch was resumed")
+
+
+def test_a_spec_that_sets_chunk_256_resumes_its_own_checkpoint(tmp_path):
+    """migrate_arch reads a stored 256 as None; the spec being resumed reads alike, so one a
+    person wrote with ``chunk_size: 256`` is not refused as another arch."""
+    arch = loads_arch(MAMBA2.replace("expand: 1}", "expand: 1, chunk_size: 256}"))
+    train(arch, config(2), out_dir=tmp_path)
+    assert len(train(arch, config(4), out_dir=tmp_path, resume=tmp_path / CHECKPOINT).losses) == 4
+
+
+def test_every_reader_of_a_checkpoint_spec_migrates_it(tmp_path):
+    """train --resume, --init's source and diagnose read a checkpoint's (and result.json's)
+    spec through migrate_arch: an old written-out 256 is None in each."""
+    from runners.checkpoint import RESULT
+    from runners.cli.train import resumed
+    from runners.diagnose.run import load_run
+    from runners.weights import load_source
+
+    train(loads_arch(MAMBA2), config(2), out_dir=tmp_path)
+    ckpt = load(tmp_path / CHECKPOINT)
+    for layer in ckpt["arch"]["layers"]:
+        layer["mixer"]["chunk_size"] = 256  # as the old default was written out
+    save(tmp_path / CHECKPOINT, ckpt)
+    result = json.loads((tmp_path / RESULT).read_text())
+    for layer in result["arch"]["layers"]:
+        layer["mixer"]["chunk_size"] = 256
+    (tmp_path / RESULT).write_text(json.dumps(result))
+    from_result = load_run(tmp_path).arch
+    (tmp_path / RESULT).unlink()
+    archs = [resumed(tmp_path, None, None, 4, None, None)[0], load_source(tmp_path / CHECKPOINT)[0],
+             from_result, load_run(tmp_path).arch]
+    assert [layer.mixer.chunk_size for arch in archs for layer in arch.layers] == [None] * 8
