@@ -166,9 +166,9 @@ class Calibration(BaseModel):
 
 def design(space: Space, max_points: int = 48) -> tuple[str, list[dict[str, Any]]]:
     """The parameter sets to train (as Optuna labels): the full grid, or one at a time."""
-    from runners.sweep.study import _grid
+    from runners.sweep.study import grid_values
 
-    grid = _grid(space)
+    grid = grid_values(space)
     size = math.prod(len(v) for v in grid.values())
     if size <= max_points:
         return "full grid", [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]

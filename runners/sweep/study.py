@@ -38,7 +38,7 @@ def make_sampler(space: Space, trials: int):
     elif name == "nsga2":
         params.setdefault("population_size", max(4, min(50, trials // 3)))
     elif name == "grid":
-        grid = params.pop("search_space", None) or _grid(space)
+        grid = params.pop("search_space", None) or grid_values(space)
         return _grid_sampler()(grid, seed=seed, **params)
     cls = getattr(optuna.samplers, sampler_class(search.sampler) or search.sampler, None)
     if cls is None:
@@ -46,7 +46,7 @@ def make_sampler(space: Space, trials: int):
     return cls(seed=seed, **params)
 
 
-def _grid(space: Space) -> dict[str, list]:
+def grid_values(space: Space) -> dict[str, list]:
     """Every parameter's grid values: as many as :func:`nas.space.param_points` counts."""
     if space.sample_fn is not None:
         raise SweepError("search.sampler: grid over a Python space needs sampler_params.search_space")
@@ -238,4 +238,4 @@ def record_id(trial) -> str:
     return trial.user_attrs.get(ID) or f"t{trial.number:04d}"
 
 
-__all__ = ["StudyAdapter", "SweepError", "make_sampler", "record_id", "fill", "ID", "RESUME"]
+__all__ = ["StudyAdapter", "SweepError", "make_sampler", "grid_values", "record_id", "fill", "ID", "RESUME"]

@@ -253,14 +253,14 @@ def test_a_huge_grid_is_counted_not_listed(tmp_path, capsys):
 
 
 def test_the_driver_grid_refuses_before_listing(tmp_path):
-    from runners.sweep.study import SweepError, _grid
+    from runners.sweep.study import SweepError, grid_values
 
     params = "a: {target: model.width, low: 1, high: 1000000000000}"
     loaded = load_space(write(tmp_path, space(params)))  # tpe: a range is fine
     assert grid_points(loaded.spec) > MAX_GRID
     start = time.perf_counter()
     with pytest.raises(SweepError, match="cannot be listed"):
-        _grid(loaded)
+        grid_values(loaded)
     assert time.perf_counter() - start < 1
 
 

@@ -175,7 +175,7 @@ def test_set_path_creates_and_deletes():
 
 @pytest.mark.parametrize("name", space_names())
 def test_shipped_spaces_load_and_every_grid_point_is_a_valid_spec(name):
-    from runners.sweep.study import _grid
+    from runners.sweep.study import grid_values
 
     space = load_space(space_path(name))
     if space.spec.oneshot is not None:  # its points: every placement at every loop count
@@ -188,7 +188,7 @@ def test_shipped_spaces_load_and_every_grid_point_is_a_valid_spec(name):
                 assert arch.is_canonical and got == params and arch.loops[0].T == k
         return
     assert space.spec.objectives and space.spec.params
-    grid = _grid(space)
+    grid = grid_values(space)
     for combo in itertools.product(*grid.values()):
         arch, _, _ = space.candidate(optuna.trial.FixedTrial(dict(zip(grid, combo))))
         assert arch.is_canonical
