@@ -195,11 +195,6 @@ class ExperimentRecord(_Record):
             data = {k: v for k, v in data.items() if k != "backend"} | {"engine": data["backend"], "format": 2}
         return data
 
-    @property
-    def backend(self) -> str:
-        """The engine under its format-1 name, for readers not yet moved to :attr:`engine`."""
-        return self.engine
-
 
 class RecordError(LoopnasError):
     """A file of the experiment directory cannot be read: one line naming it."""

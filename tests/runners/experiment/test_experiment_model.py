@@ -79,7 +79,7 @@ def small(tmp_path):
     a cost sheet the report can draw."""
     exp = tmp_path / "exp"
     (exp / "trials").mkdir(parents=True)
-    write_json(exp / "experiment.json", ExperimentRecord(name="small", space={}, objectives=OBJ, backend="optuna",
+    write_json(exp / "experiment.json", ExperimentRecord(name="small", space={}, objectives=OBJ, engine="optuna",
                                                          trials=5, seeds=5, created=0.0, seq_len=64))
     rng = np.random.default_rng(3)
     records = [record(i, flops, (acc + LUCK + 0.02 * rng.normal(size=5)).tolist())
@@ -124,7 +124,7 @@ def test_one_order_everywhere_a_maximised_cost_too(tmp_path):
     exp = tmp_path / "exp"
     (exp / "trials").mkdir(parents=True)
     write_json(exp / "experiment.json", ExperimentRecord(name="max", space={}, objectives=objectives,
-                                                         backend="optuna", trials=5, created=0.0, seq_len=64))
+                                                         engine="optuna", trials=5, created=0.0, seq_len=64))
     for r in records:
         write_json(exp / "trials" / f"{r.id}.json", r)
     from runners.cli.status import status_data

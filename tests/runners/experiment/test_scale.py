@@ -99,7 +99,7 @@ def _source(root: Path) -> Path:
                   Objective(name="projection_flops", direction="minimize", measured=False)]
     (root / "trials").mkdir(parents=True)
     write_json(root / "experiment.json", ExperimentRecord(name="src", space={}, objectives=objectives,
-                                                          backend="optuna", trials=3, seeds=5, created=0.0,
+                                                          engine="optuna", trials=3, seeds=5, created=0.0,
                                                           seq_len=64))
     rng = np.random.default_rng(7)
     for n, (acc, flops) in enumerate([(0.76, 1.25e5), (0.92, 1.68e5), (0.34, 1.1e5)]):

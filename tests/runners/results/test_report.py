@@ -113,7 +113,7 @@ def make_experiment(root: Path, trials: list[TrialRecord], name="fabricated", to
     """An experiment directory as `runners/results/records.py` lays it out."""
     (root / "trials").mkdir(parents=True, exist_ok=True)
     write_json(root / "experiment.json", ExperimentRecord(
-        name=name, space={"name": name}, objectives=objectives, backend="optuna",
+        name=name, space={"name": name}, objectives=objectives, engine="optuna",
         trials=total or len(trials), created=0.0, seq_len=SEQ_LEN))
     for t in trials:
         # json.dumps keeps NaN as the NaN token, as a diverged proxy would report it
