@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from nas.errors import LoopnasError
+from nas.proxy import TASK_PARAMS
 
 console = Console(soft_wrap=True)
 console_err = Console(stderr=True, soft_wrap=True)
@@ -24,8 +25,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a t
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
 SeedsOpt = Annotated[int | None, typer.Option("--seeds", min=1, help="Seed replicates per candidate (default: the space's proxy.seeds, else 1).")]
 SpaceArg = Annotated[Path, typer.Argument(help="Space file (.yaml or .py), or a shipped space name (quickstart).", show_default=False)]
-TaskOpt = Annotated[str | None, typer.Option(
-    "--task", help="Proxy task: mqar, state_tracking, s5, lm, hop_induction, pointer_chase.", show_default=False)]
+TaskOpt = Annotated[str | None, typer.Option(  # the tasks as nas.proxy knows them: no torch import
+    "--task", help=f"Proxy task: {', '.join(TASK_PARAMS)}.", show_default=False)]
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="key=value (YAML value): a trainer field (lr=1e-3, curriculum.stage_steps=200) "
                   "or a task parameter (task.num_kv_pairs=8). Repeatable.")]

@@ -16,3 +16,13 @@ def test_each_command_is_listed_by_one_sentence():
 def test_first_sentence():
     assert first_sentence("Train a proxy\n    of SPEC. With --out, more.\n\n    Examples") == "Train a proxy of SPEC."
     assert first_sentence("No full stop here") == "No full stop here"
+
+
+def test_task_help_lists_every_registered_task(capsys):
+    """--task's help is drawn from the tasks nas.proxy knows, which are the registered ones."""
+    from runners.tasks import task_names
+
+    assert main(["train", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    listed = out.split("Proxy task: ", 1)[1].split(".", 1)[0]
+    assert sorted(listed.split(", ")) == sorted(task_names())
