@@ -12,6 +12,7 @@ from pathlib import Path
 from builders.model import LoopLM, build_model
 from nas.errors import LoopnasError, SpecError
 from nas.oneshot import supernet
+from nas.proxy import with_budget
 from nas.space import Space
 from nas.spec import ArchSpec
 from runners.tasks import make_task
@@ -29,9 +30,7 @@ def supernet_config(space: Space) -> TrainConfig:
     evaluation (so an interrupted supernet resumes), checked before it trains
     (:func:`runners.sweep.preflight.preflight`)."""
     one = space.spec.oneshot
-    data = {**space.spec.proxy.trainer(), **one.train}
-    if "steps" in one.train or "tokens" in one.train:
-        data = {k: v for k, v in data.items() if k not in ("steps", "tokens") or k in one.train}
+    data = with_budget(space.spec.proxy.trainer(), one.train)
     data.update(seed=space.spec.search.seed, freeze_ffn=one.freeze_ffn)
     data.setdefault("checkpoint_every", data.get("eval_every", 50))
     if one.init_from is not None:

@@ -233,6 +233,13 @@ def test_a_oneshot_space_counts_its_placements_and_loops(tmp_path):
     assert grid_size(shipped) == 15 * 3 and one.counts(shipped) == (2, 4)
 
 
+def test_the_supernet_length_replaces_the_proxy_length(tmp_path):
+    """oneshot.train's steps or tokens replaces the proxy's (nas.proxy.with_budget), never joins it."""
+    tokens = supernet_config(load_space(space_file(tmp_path, "loops: [1, 2]\ntrain: {tokens: 4096}\n")))
+    kept = supernet_config(load_space(space_file(tmp_path, "loops: [1, 2]\ntrain: {lr: 0.02}\n")))
+    assert (tokens.steps, tokens.tokens, tokens.lr) == (None, 4096, 0.01)
+    assert (kept.steps, kept.tokens, kept.lr) == (4, None, 0.02)
+
 def test_short_subnet_names_read_as_their_pattern(tmp_path):
     net = one.supernet(load_space(space_file(tmp_path, "loops: [1, 2]\n")))
     assert net.name == "os_supernet"
