@@ -84,7 +84,7 @@ def transfer_cmd(
       loopnas transfer runs/mixerloop --candidates top:8 --scales 2,4 --to 1.3e9
       loopnas transfer runs/qs --engine ray --address auto
     """
-    from runners.sweep.run import DEFAULT_BACKEND
+    from runners.sweep.run import DEFAULT_ENGINE
     from runners.transfer import run_transfer, write
     from runners.transfer.run import TRANSFER
 
@@ -93,7 +93,7 @@ def transfer_cmd(
     where = Path(out) if out is not None else Path(exp) / TRANSFER
     try:
         t = run_transfer(exp, out=where, scales=_scales(scales), steps_rule=steps_rule, seeds=seeds,
-                         candidates=candidates, engine=pick_engine(engine) or DEFAULT_BACKEND, address=address, target=target)
+                         candidates=candidates, engine=pick_engine(engine) or DEFAULT_ENGINE, address=address, target=target)
     except KeyboardInterrupt:
         console.print(f"interrupted: run the same command again to continue ({where})", markup=False, highlight=False)
         raise typer.Exit(130) from None

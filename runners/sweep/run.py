@@ -15,8 +15,6 @@ from .driver import Sweep, default_out
 
 ENGINES = ("optuna", "ray")
 DEFAULT_ENGINE = "optuna"  # one machine: no Ray start-up; see benchmarks/bench_sweep.py
-# the old names, until runners.cli.{sweep,calibrate,transfer} import the new ones (issue #33)
-BACKENDS, DEFAULT_BACKEND = ENGINES, DEFAULT_ENGINE
 
 
 class _Watched(dict):
