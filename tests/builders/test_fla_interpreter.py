@@ -51,6 +51,7 @@ def _check(name: str, case: dict) -> None:
     assert not bad, f"{name}: {bad}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", OP_KINDS)
 def test_op_matches_torch_under_interpreter(results, kind):
     names = [n for n in results if n.split("-")[0] == kind]
@@ -60,6 +61,7 @@ def test_op_matches_torch_under_interpreter(results, kind):
         assert results[name].get("fla_class", "Fla").startswith("Fla"), f"{name} did not run fla's layer"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TINY)
 def test_tiny_spec_loss_and_every_grad_match(results, name):
     case = results[name]

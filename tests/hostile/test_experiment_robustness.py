@@ -363,6 +363,7 @@ def _wait(exp: Path, driver: subprocess.Popen, done, what: str, timeout: float =
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_a_second_driver_is_refused_and_a_killed_one_does_not_block(tmp_path):
     # 300 steps a trial: the first driver must still be running while the second one starts
     # (its Python and torch import take seconds on a loaded machine; 60 steps did not)

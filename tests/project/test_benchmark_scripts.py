@@ -20,6 +20,7 @@ from helpers import REPO
 ROOT = REPO
 
 
+@pytest.mark.slow
 def test_gpu_check_smoke(tmp_path):
     out = tmp_path / "gpu_check.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--smoke", "--out", str(out)],

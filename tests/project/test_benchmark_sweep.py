@@ -7,9 +7,13 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
 from helpers import REPO
 
 ROOT = REPO
+pytestmark = pytest.mark.slow  # the benchmark's three sections, end to end
 
 
 def _finite(x) -> bool:

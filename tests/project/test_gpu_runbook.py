@@ -5,12 +5,16 @@ would double that in CI; every other step runs as on the GPU, in its smoke size.
 import json
 import subprocess
 from pathlib import Path
+
+import pytest
+
 from helpers import REPO
 
 ROOT = REPO
 SCRIPT = ROOT / "benchmarks" / "gpu_runbook.sh"
 
 
+@pytest.mark.slow
 def test_runbook_smoke_runs_every_step_on_cpu(tmp_path):
     run = subprocess.run(["bash", str(SCRIPT), "--smoke", "--skip", "gpu_check", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)

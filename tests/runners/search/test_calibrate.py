@@ -104,6 +104,7 @@ def test_one_parameter_at_a_time_design_for_large_spaces(tmp_path):
             {"boundary": "none", "T": 2, "ffn": 128})}
 
 
+@pytest.mark.slow
 def test_calibrate_cli_trains_writes_and_resumes(tmp_path):
     path = tmp_path / "space.yaml"
     path.write_text(SPACE.replace("  ffn: {target: model.defaults.swiglu.hidden_size, choices: [96, 128]}\n", ""))

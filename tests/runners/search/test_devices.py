@@ -99,6 +99,7 @@ def test_accelerator_type_is_a_ray_resource_and_validated_as_a_string():
             ResourcesSpec(accelerator_type=bad)
 
 
+@pytest.mark.slow
 def test_local_backend_packs_two_trials_per_visible_gpu(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     path = space_file(tmp_path, "{sampler: grid, trials: 8, concurrency: 8, resources: {gpu: 0.5}}")

@@ -240,6 +240,7 @@ def test_the_supernet_length_replaces_the_proxy_length(tmp_path):
     assert (tokens.steps, tokens.tokens, tokens.lr) == (None, 4096, 0.01)
     assert (kept.steps, kept.tokens, kept.lr) == (4, None, 0.02)
 
+
 def test_short_subnet_names_read_as_their_pattern(tmp_path):
     net = one.supernet(load_space(space_file(tmp_path, "loops: [1, 2]\n")))
     assert net.name == "os_supernet"
@@ -247,7 +248,7 @@ def test_short_subnet_names_read_as_their_pattern(tmp_path):
     assert one.subnet(net, [1, 1, 0, 0], None).name == "os_gdn-gdn-attn-attn"
 
 
-@pytest.mark.parametrize("layers", [64, 4096])
+@pytest.mark.parametrize("layers", [64, pytest.param(4096, marks=pytest.mark.slow)])
 def test_long_subnet_names_are_hashed_to_fit_a_file_name(tmp_path, layers):
     base = BASE.replace("num_layers: 4", f"num_layers: {layers}")
     net = one.supernet(load_space(space_file(tmp_path, "loops: [1, 2]\n", base)))
@@ -306,6 +307,7 @@ def run_cli(*args, timeout=600):
                           text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+@pytest.mark.slow
 def test_oneshot_sweep_end_to_end(tmp_path, one_thread):
     """``loopnas sweep`` trains the supernet, beam-searches, writes an experiment directory
     that status, report and export read; the extracted front reproduces its scores."""

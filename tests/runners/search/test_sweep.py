@@ -130,6 +130,7 @@ def test_a_trial_past_its_time_limit_is_recorded_as_timed_out(tmp_path):
     assert not (exp / "study.journal").exists()
 
 
+@pytest.mark.slow
 def test_kill_minus_9_then_resume_finishes_exactly_the_requested_trials(tmp_path):
     path = space_file(tmp_path, f"""\
         name: resumable

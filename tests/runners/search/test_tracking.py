@@ -111,6 +111,7 @@ def swept(tmp_path_factory, mlflow_uri):
     return exp, records
 
 
+@pytest.mark.slow
 def test_tensorboard_has_every_replicates_curve(swept):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -129,6 +130,7 @@ def test_tensorboard_has_every_replicates_curve(swept):
         assert hp.Scalars("objective/acc")[0].value == pytest.approx(r.points[0].values["acc"])
 
 
+@pytest.mark.slow
 @needs_mlflow
 def test_mlflow_one_run_per_sweep_a_child_per_candidate_and_per_replicate(swept, mlflow_uri, tmp_path):
     from mlflow.tracking import MlflowClient
@@ -202,6 +204,7 @@ def _key(item) -> str:
     return item.key or "/".join(item.nested_key)  # W&B stores 't0000/s1/acc' as its parts
 
 
+@pytest.mark.slow
 @needs_wandb
 def test_wandb_offline_run_holds_curves_means_and_specs(swept):
     exp, records = swept
