@@ -44,6 +44,7 @@ def big(tmp_path_factory):
     return _bench().fabricate(src, tmp / "exp", 10_000)
 
 
+@pytest.mark.slow
 def test_status_report_pick_and_the_progress_line_agree_at_10000_candidates(big, capsys):
     from runners.export.pick import choose, label, pick_index
     from runners.report.data import load

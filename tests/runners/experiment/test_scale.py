@@ -114,6 +114,7 @@ def _source(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_status_of_10000_candidates_equals_the_small_sweep_front(tmp_path):
     from runners.cli.status import status_data
     from runners.results.front import front

@@ -35,7 +35,7 @@ SEED = 7
 def write_experiment(exp: Path, trials: list[TrialRecord]) -> Path:
     (exp / "trials").mkdir(parents=True, exist_ok=True)
     write_json(exp / "experiment.json", ExperimentRecord(
-        name="fabricated", space={}, objectives=OBJECTIVES, backend="torch", trials=len(trials),
+        name="fabricated", space={}, objectives=OBJECTIVES, engine="optuna", trials=len(trials),
         created=0.0, seq_len=64))
     for t in trials:
         write_json(trial_path(exp, t.id), t)

@@ -85,6 +85,7 @@ def accuracy(scores: list[list[float]]) -> float:
     return sum(max(range(len(s)), key=s.__getitem__) == d["answer"] for s, d in zip(scores, DOCS)) / len(DOCS)
 
 
+@pytest.mark.slow
 def test_lm_eval_runs_an_export_on_a_local_task(tmp_path):
     tok = char_tokenizer(tmp_path / "tokenizer")
     (tmp_path / "data.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
