@@ -21,7 +21,10 @@ _LOOP_TABLES = ("rho", "index_emb", "budget_emb")
 
 
 def _mixer_prefixes(target: ArchSpec, source: ArchSpec) -> dict[str, str]:
-    """Target name prefix → source name prefix, for every layer whose mixer maps."""
+    """Target name prefix → source name prefix, for every layer whose mixer maps. The target
+    is compared as migrated, like the stored source (:func:`load_source`): a written
+    ``chunk_size: 256`` on both sides still maps (the chunk holds no weights)."""
+    target = ArchSpec.model_validate(migrate_arch(target.model_dump()))
     out = {}
     for i, (t, s) in enumerate(zip(target.layers, source.layers)):
         here = f"layers.{i}.mixer."

@@ -88,3 +88,13 @@ def test_every_reader_of_a_checkpoint_spec_migrates_it(tmp_path):
     archs = [resumed(tmp_path, None, None, 4, None, None)[0], load_source(tmp_path / CHECKPOINT)[0],
              from_result, load_run(tmp_path).arch]
     assert [layer.mixer.chunk_size for arch in archs for layer in arch.layers] == [None] * 8
+
+
+def test_init_maps_the_mixer_of_a_spec_that_sets_chunk_256():
+    """--init's source spec is read migrated (a stored 256 becomes None); the target a person
+    wrote with chunk_size: 256 is compared the same way, so its mixer weights still map."""
+    from runners.weights import _mixer_prefixes
+    arch = loads_arch(MAMBA2.replace("expand: 1}", "expand: 1, chunk_size: 256}"))
+    source = type(arch).model_validate(migrate_arch(arch.model_dump()))
+    prefixes = _mixer_prefixes(arch, source)
+    assert all(f"layers.{i}.mixer." in prefixes for i in range(len(arch.layers)))
