@@ -114,7 +114,7 @@ def overhead(backend: str, trials: int, steps: int, concurrency: int, work: Path
     starts = [r.started for r in done if r.started]
     ends = [r.finished for r in done if r.finished]
     return {
-        "backend": backend, "trials": len(records), "complete": len(done), "concurrency": concurrency,
+        "engine": backend, "trials": len(records), "complete": len(done), "concurrency": concurrency,
         "steps": steps, "sweep_wall_s": wall, "sum_trial_s": sum(times), "ideal_s": ideal,
         "ratio": wall / ideal if ideal else float("nan"),
         "mean_trial_s": sum(times) / len(times) if times else float("nan"),
@@ -341,7 +341,7 @@ def render(res: dict) -> str:
               "| ratio | target |",
               "|---|---|---|---|---|---|---|---|"]
     for r in ov["backends"]:
-        lines.append(f"| {r['backend']} | {_fmt(r['sweep_wall_s'], '.1f')} | {_fmt(r['sum_trial_s'], '.1f')} | "
+        lines.append(f"| {r['engine']} | {_fmt(r['sweep_wall_s'], '.1f')} | {_fmt(r['sum_trial_s'], '.1f')} | "
                      f"{_fmt(r['ideal_s'], '.1f')} | {_fmt(r['mean_trial_s'], '.1f')} | "
                      f"{_fmt(r['first_start_to_last_end_s'], '.1f')} | **{_fmt(r['ratio'], '.3f')}** | "
                      f"≤ {r['target']} |")
@@ -382,7 +382,7 @@ def render(res: dict) -> str:
 def print_table(res: dict) -> None:
     print("\n1. Scheduling overhead (sweep wall / ideal)")
     for r in res["overhead"]["backends"]:
-        print(f"   {r['backend']:7s} ratio {_fmt(r['ratio'])}  (target <= {r['target']})  wall "
+        print(f"   {r['engine']:7s} ratio {_fmt(r['ratio'])}  (target <= {r['target']})  wall "
               f"{_fmt(r['sweep_wall_s'], '.1f')} s, ideal {_fmt(r['ideal_s'], '.1f')} s, "
               f"mean trial {_fmt(r['mean_trial_s'], '.1f')} s")
     es = res.get("early_stopping")

@@ -64,8 +64,7 @@ def status_data(exp_dir: Path) -> dict:
     elastic = sum(1 for d in digests if d["status"] == "complete" and len(d["points"]) > 1)
     url = (exp.space.get("search") or {}).get("storage")
     storage = exp.storage if url and exp.storage else study_storage(exp_dir, url)  # a journal moves with the directory
-    # "backend": the key status has always printed for the engine
-    return {"experiment": exp.name, "dir": str(exp_dir), "storage": storage, "backend": exp.engine,
+    return {"experiment": exp.name, "dir": str(exp_dir), "storage": storage, "engine": exp.engine,
             "requested": exp.trials, "unreadable": [str(p) for p in unreadable],
             **counts, "elastic_trials": elastic, "seeds": exp.seeds, "devices": per_device(digests),
             "objectives": [o.model_dump() for o in exp.objectives],
@@ -99,7 +98,7 @@ def print_status(exp_dir: Path) -> None:
     data = status_data(exp_dir)
     warn_unreadable(data)
     counts = " · ".join(f"{data[s]} {s}" for s in SHOWN if data[s])
-    console.print(f"[bold]{escape(data['experiment'])}[/bold] ({escape(data['backend'])}, {data['requested']} "
+    console.print(f"[bold]{escape(data['experiment'])}[/bold] ({escape(data['engine'])}, {data['requested']} "
                   "trials requested): "
                   f"{counts or 'no trials yet'}"
                   + (f" · {data['elastic_trials']} elastic trials (one point per loop count)" if data["elastic_trials"] else ""))

@@ -35,7 +35,7 @@ def test_bench_sweep_quick(tmp_path):
     assert "Command:" in md and "python benchmarks/bench_sweep.py --quick" in md
 
     [optuna] = res["overhead"]["backends"]
-    assert optuna["backend"] == "optuna" and optuna["complete"] == res["overhead"]["trials"] == 4
+    assert optuna["engine"] == "optuna" and optuna["complete"] == res["overhead"]["trials"] == 4
     assert all(_finite(optuna[k]) and optuna[k] > 0 for k in ("ratio", "sweep_wall_s", "ideal_s"))
 
     es = res["early_stopping"]

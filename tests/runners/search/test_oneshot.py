@@ -325,7 +325,7 @@ def test_oneshot_sweep_end_to_end(tmp_path, one_thread):
     status = run_cli("status", exp, "--json")
     assert status.returncode == 0, status.stderr[-2000:]
     data = json.loads(status.stdout)
-    assert data["backend"] == "oneshot" and data["complete"] == len(trials) and data["front"]
+    assert data["engine"] == "oneshot" and data["complete"] == len(trials) and data["front"]
     # the self-check was switched off, and the sweep's last lines say so (tests/runners/search/test_oneshot_check.py runs it)
     assert data["oneshot_check"]["skipped"] and not (exp / "check").exists()
     assert run.stdout.rindex("one-shot self-check: not checked (oneshot.check is false)") > run.stdout.rindex("Pareto front")
