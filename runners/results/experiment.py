@@ -186,6 +186,12 @@ def trial_files(exp_dir: Path) -> int:
 Replicates = list[tuple[int, str, list]]  # (seed, status, [(k, values), ...]) of each: front.replicate_rows reads them
 
 
+def digest_replicates(data: dict) -> Replicates:
+    """A :func:`records.digest`'s replicates as :func:`replicate_rows` reads them (its
+    ``"reps"`` without their indices): the digest-side twin of ``replicates_of``."""
+    return [(seed, status, points) for _, seed, status, points in data["reps"]]
+
+
 def read_candidates(exp_dir: str | Path, whole: bool) -> tuple[list[TrialRecord], dict[str, str], list[Unreadable],
                                                                dict[str, Replicates] | None]:
     """Every readable trial record, each canonical spec's problem by trial id
@@ -204,7 +210,7 @@ def read_candidates(exp_dir: str | Path, whole: bool) -> tuple[list[TrialRecord]
         digests[n] = None  # type: ignore[call-overload]  # freed as read: the records reuse its memory
         trials.append(undigest(d, more=True, replicates=False))
         bad[d["id"]] = d["more"].get("arch_problem", "")
-        reps[d["id"]] = [(seed, status, points) for _, seed, status, points in d["reps"]]
+        reps[d["id"]] = digest_replicates(d)
     return trials, bad, problems, reps
 
 
@@ -232,7 +238,7 @@ def from_digests(exp_dir: str | Path, record: ExperimentRecord, digests: list[di
             continue
         for p in d["points"]:
             if finite_values(p["values"], names):
-                rows, s = replicate_rows(((seed, status, points) for _, seed, status, points in d["reps"]),
+                rows, s = replicate_rows(digest_replicates(d),
                                          p["k"], record.objectives, p["values"])
                 owners.append(n)
                 reps.append(rows)
