@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runners.checkpoint import atomic, own_dir
-from runners.nogc import paused_gc
+from runners.nogc import frozen_gc, paused_gc
 from runners.results.records import write_text
 
 from .axes import axes, serving_axes
@@ -151,15 +151,16 @@ def _empty(exp: Experiment) -> str:
             f"trial completes. Run <code>loopnas report</code> again to refresh.</p>")
 
 
-@paused_gc()  # 10,000 records' digests and figures: the cyclic collector's passes cost 3 s (runners.nogc)
 def write_report(exp_dir: str | Path, seq_len: int | None = None) -> Report:
     """Write ``EXP/report/``: ``index.html``, the PNGs and ``front.csv``."""
-    exp = load(exp_dir, seq_len)
-    out = own_dir(Path(exp_dir) / REPORT)  # a symlinked report/ is replaced, not written through
-    body, pngs = _charts(exp, out) if exp.rows else (_empty(exp), [])
-    index = out / "index.html"
-    write_text(index, document(f"{exp.record.name}: loopnas report", header(exp) + body))  # atomic
-    return Report(exp, index, write_csv(exp, out / "front.csv"), tuple(pngs))
+    with paused_gc():  # 10,000 records' digests: the cyclic collector's passes cost 3 s (runners.nogc)
+        exp = load(exp_dir, seq_len)
+    with frozen_gc():  # the figures' cycles freed as they go, the records not walked (runners.nogc)
+        out = own_dir(Path(exp_dir) / REPORT)  # a symlinked report/ is replaced, not written through
+        body, pngs = _charts(exp, out) if exp.rows else (_empty(exp), [])
+        index = out / "index.html"
+        write_text(index, document(f"{exp.record.name}: loopnas report", header(exp) + body))  # atomic
+        return Report(exp, index, write_csv(exp, out / "front.csv"), tuple(pngs))
 
 
 __all__ = ["REPORT", "Report", "front_2d", "load", "write_csv", "write_report"]

@@ -9,7 +9,12 @@ Past :data:`MAX_TRIALS` complete trials the forest is fitted on a uniform sample
 (without replacement, seed 0, in completion order), and the chart says so: fitting 10,000
 trials costs optuna seconds (each ``add_trial`` deep-copies). On the 10,000-candidate
 benchmark (``benchmarks/bench_status_scale.py``) the sample's shares are all trials' within
-0.004, in 0.8 s instead of 2.1 s."""
+0.004, in 0.8 s instead of 2.1 s.
+
+scikit-learn imports pandas (and with it pyarrow) when it is installed, for nothing a forest
+fitted on arrays uses (``sklearn.utils.fixes``'s ``try: import pandas``): where pandas is not
+loaded yet, :func:`_evaluator` imports it as absent, 62 MB and 0.4 s less (the 10,000-candidate
+report's peak memory, ``benchmarks/bench_status_scale.py``), and pandas imports as usual after."""
 from __future__ import annotations
 
 import math
@@ -94,6 +99,22 @@ def noise_floor(exp: Experiment) -> float | None:
     return min(1.0, sum(e * e for e in errors) / len(errors) / var) if var > 0 else 1.0
 
 
+def _evaluator():
+    """optuna's fANOVA evaluator (seed 0), scikit-learn imported without pandas where pandas
+    is not loaded yet (the module docstring says why)."""
+    import sys
+    blocked = "pandas" not in sys.modules
+    if blocked:
+        sys.modules["pandas"] = None  # type: ignore[assignment]  # import pandas -> ImportError
+    try:
+        import optuna.importance
+        evaluator = optuna.importance.FanovaImportanceEvaluator  # optuna's import is lazy: done here
+    finally:
+        if blocked and sys.modules.get("pandas", 0) is None:
+            del sys.modules["pandas"]
+    return evaluator(seed=0)
+
+
 def param_importance(exp: Experiment) -> tuple[dict[str, float], str | None]:
     """fANOVA importance of each varying parameter for the final quality (sums to 1), or an
     empty dict and the reason it cannot be computed yet; past :data:`MAX_TRIALS` trials, on
@@ -123,7 +144,7 @@ def param_importance(exp: Experiment) -> tuple[dict[str, float], str | None]:
     try:
         with warnings.catch_warnings():  # "fewer than 2 trials per regime": expected in small sweeps
             warnings.simplefilter("ignore", UserWarning)
-            evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+            evaluator = _evaluator()  # first: it imports optuna.importance
             found = optuna.importance.get_param_importances(study, params=names, evaluator=evaluator)
             return {n: float(v) for n, v in found.items()}, None
     except (RuntimeError, ValueError) as exc:  # e.g. conditional parameters never co-sampled

@@ -189,7 +189,7 @@ def test_status_starts_without_the_cost_model_graphs_or_scipy_stats(tmp_path):
 def test_status_and_report_pause_the_cyclic_collector_and_restore_it(tmp_path, monkeypatch):
     """runners.nogc: the collector is off while status and the report read (its passes over
     millions of acyclic JSON objects cost a third of status at 10,000 candidates), on after,
-    also when the reader raises."""
+    also when the reader raises; on for the report's charts with the records frozen."""
     import gc
 
     import runners.results.experiment as experiment
@@ -208,6 +208,19 @@ def test_status_and_report_pause_the_cyclic_collector_and_restore_it(tmp_path, m
     status_data(src)
     write_report(src)
     assert seen == [False, False] and gc.isenabled()
+    # the charts: the collector on (figures' cycles freed as they go), the records frozen out
+    # of its passes; as it was after, also inside the CLI's pause
+    import runners.report.charts as charts
+    drawn = []
+    figure = charts.front_figure
+    monkeypatch.setattr(charts, "front_figure", lambda *a: drawn.append((gc.isenabled(), gc.get_freeze_count() > 0))
+                        or figure(*a))
+    write_report(src)
+    assert drawn and set(drawn) == {(True, True)} and gc.isenabled() and gc.get_freeze_count() == 0
+    with paused_gc():
+        write_report(src)
+        assert not gc.isenabled() and gc.get_freeze_count() == 0
+    assert set(drawn) == {(True, True)}
     with pytest.raises(RuntimeError), paused_gc():
         with paused_gc():  # re-entrant: the inner one leaves it off
             pass

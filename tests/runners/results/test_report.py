@@ -204,6 +204,28 @@ def test_parameter_importance(experiment):
     assert sum(importance.values()) == pytest.approx(1.0)
 
 
+def test_importance_imports_scikit_learn_without_pandas_and_gives_the_same_shares(experiment):
+    """Issue #32: scikit-learn is imported with pandas absent (62 MB of the 10,000-candidate
+    report's peak), the shares are those computed with pandas loaded first (the oracle: the
+    forest fits arrays), and pandas imports as usual afterwards. Fresh processes: this one
+    may have loaded either already."""
+    import sys
+    code = ("import json, sys\n"
+            "if sys.argv[2] == 'pandas-first': import pandas\n"
+            "from runners.report.data import load\n"
+            "from runners.report.importance import param_importance\n"
+            "shares, why = param_importance(load(sys.argv[1]))\n"
+            "had = 'pandas' in sys.modules\n"
+            "import pandas\n"
+            "print(json.dumps([shares, why, had, pandas.DataFrame({'a': [1]}).shape[0]]))")
+    runs = {how: json.loads(subprocess.run([sys.executable, "-c", code, str(experiment), how], check=True,
+                                           capture_output=True, text=True, cwd=Path(__file__).parents[3]).stdout)
+            for how in ("pandas-first", "as-the-report")}
+    assert runs["as-the-report"][0] == runs["pandas-first"][0] and runs["as-the-report"][1] is None
+    assert runs["as-the-report"][2:] == [False, 1]  # sklearn loaded without it; it imports after
+    assert runs["pandas-first"][2:] == [True, 1]
+
+
 def test_importance_keeps_the_trials_a_conditional_parameter_is_absent_from(tmp_path):
     """The quickstart's shape: T exists only for looped candidates. Quality is set by the
     mixer alone (0.3 vs 0.9, T and the loop add nothing), so the mixer must carry the
