@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
-    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator,
-    model_validator,
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
+    ValidationInfo, field_validator, model_validator,
 )
 
 from .errors import Problem, SpecError
@@ -534,16 +534,17 @@ def poisson_lognormal_pmf(mean: float, sigma: float, max_k: int) -> tuple[float,
     smooth and Gaussian-tailed, so the sum is exact to ~1e-12)."""
     import numpy as np
 
-    j = np.arange(max_k - 1)[:, None]  # Poisson outcomes 0 .. max_k - 2
-    log_fact = np.array([math.lgamma(x + 1) for x in range(max_k - 1)])[:, None]
-    if sigma == 0:
-        tau, w = np.array([math.log(mean)]), np.array([1.0])
-    else:
-        mu = math.log(mean) - sigma * sigma / 2
-        tau = np.linspace(mu - 12 * sigma, mu + 12 * sigma, 4001)
-        w = np.exp(-0.5 * ((tau - mu) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
-        w = w * (tau[1] - tau[0]) * np.r_[0.5, np.ones(len(tau) - 2), 0.5]
-    pmf = np.exp(j * tau[None, :] - np.exp(tau)[None, :] - log_fact) @ w
+    with np.errstate(all="ignore"):  # a huge sigma: NaNs, reported by the caller
+        j = np.arange(max_k - 1)[:, None]  # Poisson outcomes 0 .. max_k - 2
+        log_fact = np.array([math.lgamma(x + 1) for x in range(max_k - 1)])[:, None]
+        if sigma == 0:
+            tau, w = np.array([math.log(mean)]), np.array([1.0])
+        else:
+            mu = math.log(mean) - sigma * sigma / 2
+            tau = np.linspace(mu - 12 * sigma, mu + 12 * sigma, 4001)
+            w = np.exp(-0.5 * ((tau - mu) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
+            w = w * (tau[1] - tau[0]) * np.r_[0.5, np.ones(len(tau) - 2), 0.5]
+        pmf = np.exp(j * tau[None, :] - np.exp(tau)[None, :] - log_fact) @ w
     head = [float(x) for x in pmf]
     return (*head, max(0.0, 1.0 - sum(head)))
 
@@ -553,24 +554,41 @@ _DIST_FIELDS = {"categorical": ("values", "weights"), "fixed": ("k",), "uniform"
                 "poisson_lognormal": ("mean", "sigma", "max")}
 
 
-def _dist_table(data: dict) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """``(values, weights)`` of a non-categorical loop-count distribution."""
+# each parameter's field type: a table is computed only from parameters that pass it
+_DIST_PARAMS = {f: TypeAdapter(tp) for f, tp in (("k", LoopCount), ("low", LoopCount), ("high", LoopCount),
+                                                 ("max", LoopCount), ("mean", PosFloat), ("sigma", NonNegFloat))}
+_DIST_VALUES = TypeAdapter(tuple[LoopCount, ...])
+_DIST_WEIGHTS = TypeAdapter(tuple[NonNegFloat, ...])
+
+
+def _dist_table(data: dict) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
+    """``(values, weights)`` of a non-categorical loop-count distribution; None when one
+    of its parameters is not a value of its field's type (a list, a string, a boolean, a
+    number out of range: that field's own validation then names it)."""
     kind = data["kind"]
     missing = [f for f in _DIST_FIELDS[kind] if data.get(f) is None]
     if missing:
         raise ValueError(f"kind {kind} needs {', '.join(_DIST_FIELDS[kind])}; missing {', '.join(missing)}")
+    try:
+        p = {f: _DIST_PARAMS[f].validate_python(data[f]) for f in _DIST_FIELDS[kind]}
+    except ValidationError:
+        return None
     if kind == "fixed":
-        return (data["k"],), (1.0,)
+        return (p["k"],), (1.0,)
     if kind == "uniform":
-        lo, hi = data["low"], data["high"]
-        if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi <= MAX_LOOPS):
+        lo, hi = p["low"], p["high"]
+        if not lo <= hi:
             raise ValueError(f"uniform needs integers 1 <= low <= high <= {MAX_LOOPS} (got {lo}, {hi})")
         return tuple(range(lo, hi + 1)), (1.0 / (hi - lo + 1),) * (hi - lo + 1)
-    mean, sigma, top = data["mean"], data["sigma"], data["max"]
-    if not (isinstance(top, int) and 2 <= top <= MAX_LOOPS) or not mean > 0 or not sigma >= 0:
+    mean, sigma, top = p["mean"], p["sigma"], p["max"]
+    if top < 2:
         raise ValueError(f"poisson_lognormal needs mean > 0, sigma >= 0 and an integer max in "
                          f"2..{MAX_LOOPS} (got mean={mean}, sigma={sigma}, max={top})")
-    return tuple(range(1, top + 1)), poisson_lognormal_pmf(float(mean), float(sigma), top)
+    pmf = poisson_lognormal_pmf(mean, sigma, top)
+    if not all(math.isfinite(w) for w in pmf):
+        raise ValueError(f"poisson_lognormal with mean={mean:g}, sigma={sigma:g} has no finite "
+                         "probabilities; use a smaller sigma (Huginn's is 0.5)")
+    return tuple(range(1, top + 1)), pmf
 
 
 class LoopDist(Spec):
@@ -599,22 +617,29 @@ class LoopDist(Spec):
     @model_validator(mode="before")
     @classmethod
     def _tabulate(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or data.get("kind", "categorical") not in _DIST_FIELDS:
+        # anything malformed is left as written: field validation names the field
+        if not isinstance(data, dict) or not isinstance(kind := data.get("kind", "categorical"), str) \
+                or kind not in _DIST_FIELDS:
             return data
-        kind = data.get("kind", "categorical")
         stray = [f for fields in _DIST_FIELDS.values() for f in fields
                  if f not in _DIST_FIELDS[kind] and data.get(f) is not None
                  and not (f in ("values", "weights"))]
         if stray:
             raise ValueError(f"{', '.join(stray)} do not apply to kind {kind}; remove them")
-        if kind == "categorical":
+        if kind == "categorical" or (table := _dist_table(data)) is None:
             return data
-        values, weights = _dist_table(data)
+        values, weights = table
         written = data.get("values"), data.get("weights")
-        if written != (None, None) and (tuple(written[0] or ()) != values or len(written[1] or ()) != len(weights)
-                                        or any(abs(a - b) > 1e-12 for a, b in zip(written[1], weights))):
-            raise ValueError(f"values and weights follow from kind {kind} and its parameters; "
-                             "remove them")
+        if written != (None, None):
+            try:
+                given = (() if written[0] is None else _DIST_VALUES.validate_python(written[0]),
+                         () if written[1] is None else _DIST_WEIGHTS.validate_python(written[1]))
+            except ValidationError:
+                return data
+            if given[0] != values or len(given[1]) != len(weights) \
+                    or any(abs(a - b) > 1e-12 for a, b in zip(given[1], weights)):
+                raise ValueError(f"values and weights follow from kind {kind} and its parameters; "
+                                 "remove them")
         return {**data, "values": values, "weights": weights}
 
     @field_validator("weights")
