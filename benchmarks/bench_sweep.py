@@ -175,14 +175,14 @@ def _identity(r) -> str:
 
 def _compute(records, seq_len: int, total_steps: int) -> tuple[float, dict[str, float]]:
     from nas.space import cost_value
-    from nas.spec import ArchSpec
+    from nas.spec import stored_spec
 
     per = {}
     for r in records:
         if r.arch is None or r.status in ("duplicate", "infeasible"):
             continue
         trained = total_steps if r.status == "complete" else max((g.step for g in r.rungs), default=0)
-        per[_identity(r)] = cost_value(ArchSpec.model_validate(r.arch), "projection_flops", seq_len) * trained
+        per[_identity(r)] = cost_value(stored_spec(r.arch), "projection_flops", seq_len) * trained
     return sum(per.values()), per
 
 
@@ -262,14 +262,14 @@ def replay(exp_dir: Path, rungs: list[int], total: int, margins: list[float], mi
     from runners.sweep.stopping import ParetoHalving
 
     from nas.space import cost_value
-    from nas.spec import ArchSpec
+    from nas.spec import stored_spec
 
     objectives = read_experiment(exp_dir).objectives
     seq_len = read_experiment(exp_dir).seq_len
     done = [r for r in read_trials(exp_dir) if r.status == "complete"]
     sign = {o.name: (1 if o.direction == "minimize" else -1) for o in objectives}
     measured = next(o for o in objectives if o.measured)
-    flops = {r.id: cost_value(ArchSpec.model_validate(r.arch), "projection_flops", seq_len) for r in done}
+    flops = {r.id: cost_value(stored_spec(r.arch), "projection_flops", seq_len) for r in done}
     costs = {r.id: tuple(sign[o.name] * r.values[o.name] for o in objectives if not o.measured) for r in done}
     members = {p.trial for p in front(done, objectives)}
     full = sum(flops[r.id] * total for r in done)

@@ -75,7 +75,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nas.noise import kendall_tau  # noqa: E402
-from nas.spec import ArchSpec  # noqa: E402
+from nas.spec import stored_spec  # noqa: E402
 from runners.results.records import read_trials  # noqa: E402
 from runners.sweep.run import run_sweep  # noqa: E402
 from runners.train import TrainConfig, train  # noqa: E402
@@ -247,7 +247,7 @@ def main() -> None:
         return
     rows = []
     for t in picks(ranked, args.pick):
-        result = train(ArchSpec.model_validate(t.arch), config)
+        result = train(stored_spec(t.arch), config)
         rows.append({"placement": label(t), "rank": ranked.index(t) + 1, "oneshot_loss": t.values["eval_loss"],
                      "oneshot_acc": t.rungs[-1].metrics["acc"] if t.rungs else None,
                      "standalone_loss": result.final["eval_loss"], "standalone_acc": result.final["acc"],
@@ -255,7 +255,7 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     noise = []
     for r in [rows[0], rows[-1], *rows[1:-1]][:args.noise] if len(rows) > 1 else rows[:args.noise]:
-        again = train(ArchSpec.model_validate(next(t.arch for t in trials if t.id == r["trial"])),
+        again = train(stored_spec(next(t.arch for t in trials if t.id == r["trial"])),
                       config.model_copy(update={"seed": 1}))
         noise.append({"placement": r["placement"], "seed0": r["standalone_loss"], "seed1": again.final["eval_loss"],
                       "acc0": r["standalone_acc"], "acc1": again.final["acc"]})
@@ -320,7 +320,7 @@ def run_remedies(args) -> None:
         (out / "results.json").write_text(json.dumps(report, indent=2))
     arch = {label(t): t.arch for t in read_trials(exp)}
     for c in sorted(standalone)[:args.verify]:
-        result = train(ArchSpec.model_validate(arch[c]), config)
+        result = train(stored_spec(arch[c]), config)
         report["verify"].append({"candidate": c, "seed": 0, "loss": result.final["eval_loss"],
                                  "committed": standalone[c][0], "time": result.wall_time})
         print(json.dumps(report["verify"][-1]), flush=True)
@@ -453,7 +453,7 @@ def run_seeds(report: dict, ranked: list, chosen: list, config: TrainConfig, see
         t, r = chosen[i], rows[i]
         run = cache.get(r["candidate"], seed)
         if run is None:
-            result = train(ArchSpec.model_validate(t.arch), config.model_copy(update={"seed": seed}))
+            result = train(stored_spec(t.arch), config.model_copy(update={"seed": seed}))
             run = {"loss": result.final["eval_loss"], "acc": result.final["acc"], "time": result.wall_time}
             cache.put(r["candidate"], seed, run)
         r["loss"][seed], r["acc"][seed], r["time"][seed] = run["loss"], run["acc"], run["time"]

@@ -755,3 +755,11 @@ def migrate_arch(data: Any) -> Any:
     if isinstance(data, list | tuple):
         return type(data)(migrate_arch(v) for v in data)
     return data
+
+
+def stored_spec(data: Any) -> ArchSpec:
+    """A stored spec (a trial record's canonical ``arch``, a checkpoint's, a trainer
+    result's) as today's :class:`ArchSpec`: :func:`migrate_arch`, then validated. Every
+    reader of a stored spec goes through here (tests/project checks it), so two stored copies
+    of one spec compare equal whichever era wrote them."""
+    return ArchSpec.model_validate(migrate_arch(data))

@@ -274,11 +274,11 @@ class TrainState:
         256: :func:`nas.spec.migrate_arch`) still matches. ``arch`` is migrated too: the
         migration cannot tell an old stored 256 from one a person wrote, so both sides read
         alike and a spec that sets ``chunk_size: 256`` resumes its own checkpoint."""
-        from nas.spec import ArchSpec, migrate_arch
+        from nas.spec import migrate_arch, stored_spec
 
         try:
             saved, config_data = json.loads(self.fingerprint)
-            saved = ArchSpec.model_validate(migrate_arch(saved)).model_dump(mode="json")
+            saved = stored_spec(saved).model_dump(mode="json")
         except (ValueError, TypeError):  # an arch that no longer validates
             return False
         ours, our_config = json.loads(fingerprint(arch, config))

@@ -29,18 +29,18 @@ import dataclasses
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Annotated, Any, Callable, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 from tqdm.auto import tqdm
 
 from builders.model import build_model
 from nas.elastic import before_switch
 from nas.load import resolve
 from nas.proxy import CurriculumConfig, TrainConfig
-from nas.spec import ArchSpec
+from nas.spec import ArchSpec, migrate_arch
 from runners.checkpoint import (CHECKPOINT, RESULT, CurriculumState, RngState, TrainState, checkpoint_cap,
                                 fingerprint, load_state, save_state, write_text)
 from runners.elastic import (ElasticPoint, elastic_points, loop_groups, step_dist, switched_at, train_dist,
@@ -92,7 +92,7 @@ class TrainResult(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict, description="seconds of this process's "
                                       "run in each phase: build (task, model, optimizer, eval batches), "
                                       "steps, eval, checkpoint, callback (a sweep's rung reports)")
-    arch: ArchSpec
+    arch: Annotated[ArchSpec, BeforeValidator(migrate_arch)]  # result.json is a stored spec (nas.spec.stored_spec)
 
 
 def with_vocab(arch: ArchSpec, vocab_size: int) -> ArchSpec:

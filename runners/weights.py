@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from nas.spec import ArchSpec, SwitchSpec, migrate_arch
+from nas.spec import ArchSpec, SwitchSpec, stored_spec
 from runners.checkpoint import load
 
 _LOOP_TABLES = ("rho", "index_emb", "budget_emb")
@@ -24,7 +24,7 @@ def _mixer_prefixes(target: ArchSpec, source: ArchSpec) -> dict[str, str]:
     """Target name prefix → source name prefix, for every layer whose mixer maps. The target
     is compared as migrated, like the stored source (:func:`load_source`): a written
     ``chunk_size: 256`` on both sides still maps (the chunk holds no weights)."""
-    target = ArchSpec.model_validate(migrate_arch(target.model_dump()))
+    target = stored_spec(target.model_dump())
     out = {}
     for i, (t, s) in enumerate(zip(target.layers, source.layers)):
         here = f"layers.{i}.mixer."
@@ -79,7 +79,7 @@ def load_source(path: str | Path) -> tuple[ArchSpec, dict[str, torch.Tensor]]:
     ckpt = load(path)
     if "model" not in ckpt or "arch" not in ckpt:
         raise ValueError(f"{path} is not a loopnas checkpoint (no saved spec and weights)")
-    return ArchSpec.model_validate(migrate_arch(ckpt["arch"])), ckpt["model"]
+    return stored_spec(ckpt["arch"]), ckpt["model"]
 
 
 __all__ = ["inherit", "load_source"]

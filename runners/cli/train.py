@@ -73,7 +73,7 @@ def make_config(task: str, steps: int | None, tokens: int | None, seed: int, set
 def resumed(run: Path, spec, task, steps: int | None, tokens: int | None, sets):
     """The arch and config saved with ``run``'s checkpoint, with a new step or token budget."""
     from nas.errors import SpecError
-    from nas.spec import ArchSpec, migrate_arch
+    from nas.spec import stored_spec
     from runners.checkpoint import CHECKPOINT, load
     from runners.sweep.preflight import preflight
 
@@ -93,7 +93,7 @@ def resumed(run: Path, spec, task, steps: int | None, tokens: int | None, sets):
         if steps is not None and steps < ckpt["step"]:
             raise UsageError(f"--steps {steps} is below the {ckpt['step']} steps already run")
         config = config.model_copy(update={"steps": steps, "tokens": tokens})
-    return ArchSpec.model_validate(migrate_arch(ckpt["arch"])), config
+    return stored_spec(ckpt["arch"]), config
 
 
 def check_init(path: Path) -> Path:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from nas.plan import max_loops
-from nas.spec import ArchSpec, migrate_arch
+from nas.spec import ArchSpec, stored_spec
 from runners.checkpoint import CHECKPOINT, RESULT, load, write_text
 from runners.results.records import read_optional
 
@@ -50,7 +50,7 @@ def load_run(path: str | Path, spec: str | Path | None = None, task: str | None 
         arch = load_arch(spec)
     elif result is not None or "arch" in ckpt:  # a stored spec: read through today's
         stored = result.arch.model_dump(mode="json") if result is not None else ckpt["arch"]
-        arch = ArchSpec.model_validate(migrate_arch(stored))
+        arch = stored_spec(stored)
     else:
         raise ValueError(f"{ckpt_path}: no result.json or saved spec next to it; give --spec")
     arch = with_vocab(arch if arch.is_canonical else resolve(arch), state["embed.weight"].shape[0])

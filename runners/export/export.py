@@ -26,7 +26,7 @@ from nas.budget import match_budget
 from nas.cost import DEFAULT_SEQ_LEN, cost, unique_params
 from nas.load import dump_yaml, load_spec, resolve
 from nas.lower import lower
-from nas.spec import ArchSpec, MatchSpec
+from nas.spec import ArchSpec, MatchSpec, stored_spec
 from . import native, vendor
 from .outdir import MANIFEST, staged
 from .pick import Choice, ExportError, Pick, choose
@@ -245,7 +245,7 @@ def export_trial(exp_dir: str | Path, out: str | Path, *, trial: str | None = No
     if replicate is not None and not with_weights:
         raise ExportError("--replicate picks whose weights to export: give --with-weights too")
     choice: Choice = choose(exp_dir, trial, pick)
-    arch = ArchSpec.model_validate(choice.trial.arch)
+    arch = stored_spec(choice.trial.arch)
     weights = None
     if with_weights:
         t = choice.trial

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from nas.spec import ArchSpec
+from nas.spec import ArchSpec, stored_spec
 from runners.checkpoint import RESULT
 from runners.results.records import (
     Objective, RecordError, Replicate, Skipped, TrialRecord, checkpoint_of, read_bounded,
@@ -77,7 +77,7 @@ def _trained_specs(path: Path, ckpt: dict) -> list[tuple[str, ArchSpec]]:
     found = []
     if isinstance(ckpt.get("arch"), dict):
         try:
-            found.append((str(path), ArchSpec.model_validate(ckpt["arch"])))
+            found.append((str(path), stored_spec(ckpt["arch"])))
         except ValidationError as exc:
             raise ExportError(f"{path}: the spec it was trained with no longer validates "
                               f"({_first_error(exc)})") from None

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from nas import oneshot as one
 from nas.space import ParamSpec, Space, SpaceSpec
-from nas.spec import ArchSpec
+from nas.spec import stored_spec
 from runners.results.front import front
 from runners.results.records import (
     EXPERIMENT, MAX_EXPERIMENT, Objective, TrialRecord, read_bounded, read_experiment, read_trials, write_json,
@@ -54,7 +54,7 @@ def pick(records: list[TrialRecord], objectives: list[Objective], n: int) -> lis
 
 def check_space(space: Space, picked: list[TrialRecord]) -> PlannedSpace:
     """The ordinary space that trains ``picked`` stand-alone, at the proxy's budget."""
-    plan = tuple(Grown(r.id, ArchSpec.model_validate(r.arch), {}, dict(r.params)) for r in picked)
+    plan = tuple(Grown(r.id, stored_spec(r.arch), {}, dict(r.params)) for r in picked)
     spec = space.spec
     search = spec.search.model_copy(update={"trials": len(plan), "storage": None, "early_stopping": None})
     spec = spec.model_copy(update={

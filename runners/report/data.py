@@ -76,9 +76,9 @@ def _reprice(trial: TrialRecord, seq_len: int) -> dict | None:
     if trial.arch is None:
         return trial.cost
     from nas.cost import cost
-    from nas.spec import ArchSpec
+    from nas.spec import stored_spec
     dtype = (trial.cost or {}).get("dtype", "bf16")
-    return cost(ArchSpec.model_validate(trial.arch), seq_len=seq_len, dtype=dtype).to_dict()
+    return cost(stored_spec(trial.arch), seq_len=seq_len, dtype=dtype).to_dict()
 
 
 # the cost sheet's figures a row reads, at every loop count; unique_params only at the top

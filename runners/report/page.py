@@ -83,12 +83,12 @@ def _diagram(arch_json: str) -> str | None:
     from matplotlib import rc_context
 
     from nas.graph import folded_graph
-    from nas.spec import ArchSpec
+    from nas.spec import stored_spec
     from runners.render import draw
 
     buf = io.BytesIO()
     with rc_context({"svg.fonttype": "none"}):  # text as <text>, not glyph outlines: 4.5x smaller
-        draw(folded_graph(ArchSpec.model_validate(arch))).savefig(
+        draw(folded_graph(stored_spec(arch))).savefig(
             buf, format="svg", bbox_inches="tight", facecolor="white")
     return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode()
 

@@ -383,9 +383,9 @@ def arch_problem(arch: dict | None) -> str:
         return ""
     from pydantic import ValidationError
 
-    from nas.spec import ArchSpec
+    from nas.spec import stored_spec
     try:
-        ArchSpec.model_validate(arch)
+        stored_spec(arch)
     except (ValidationError, ValueError, TypeError) as exc:
         first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
         where = ".".join(map(str, first["loc"])) or "the top level"

@@ -273,9 +273,9 @@ class Sweep:
         return tuple(out)
 
     def _arch(self, record: TrialRecord):
-        from nas.spec import ArchSpec
+        from nas.spec import stored_spec
 
-        return ArchSpec.model_validate(record.arch)
+        return stored_spec(record.arch)
 
     def _oriented(self, quality: float) -> float:
         return quality if self.quality is None or self.quality.direction == "maximize" else -quality

@@ -160,14 +160,14 @@ class Grown:
 def grow(records: dict, trials: list[str], spec: SpaceSpec, scale) -> list[Grown]:
     """Each base trial's canonical spec grown to ``scale`` (a ``nas.space.Scale``: a width
     multiple through ``scale_arch``, a target through ``scale_to_params``)."""
-    from nas.spec import ArchSpec
+    from nas.spec import stored_spec
 
     out = []
     for tid in trials:
         r = records[tid]
         proxy = proxy_overrides(spec, r.params)
         try:
-            arch = scale.apply(ArchSpec.model_validate(r.arch))
+            arch = scale.apply(stored_spec(r.arch))
         except (SpecError, ValueError) as exc:
             out.append(Grown(tid, None, proxy, r.params, f"cannot grow {tid} to {scale.label}: {exc}"))
             continue

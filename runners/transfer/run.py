@@ -53,7 +53,7 @@ def measure(record, chosen: Chosen, quality: str, seq_len: int) -> Measured:
     """One candidate's point in ``record`` (a complete trial at some scale): every
     replicate's quality by seed, the mean point's objectives, its cost at that scale."""
     from nas.space import cost_value
-    from nas.spec import ArchSpec
+    from nas.spec import stored_spec
 
     m = Measured(label=chosen.label, trial=chosen.trial, k=chosen.k, summary=record.summary,
                  scaled_trial=record.id, status="complete")
@@ -69,7 +69,7 @@ def measure(record, chosen: Chosen, quality: str, seq_len: int) -> Measured:
     if not record.replicates and quality in point.values:  # one seed, written before replicates
         m.by_seed[record.seed] = float(point.values[quality])
     if record.arch is not None:
-        arch, sheets = ArchSpec.model_validate(record.arch), {}
+        arch, sheets = stored_spec(record.arch), {}
         m.unique_params = cost_value(arch, "unique_params", seq_len, k=chosen.k, sheets=sheets)
         m.projection_flops = cost_value(arch, "projection_flops", seq_len, k=chosen.k, sheets=sheets)
     return m
@@ -169,9 +169,9 @@ def prepare(exp_dir: Path, out: Path | None = None, scales: tuple[float, ...] | 
 
 
 def _arch(record):
-    from nas.spec import ArchSpec
+    from nas.spec import stored_spec
 
-    return ArchSpec.model_validate(record.arch)
+    return stored_spec(record.arch)
 
 
 def train(prep: Prepared, engine: str = "optuna", address: str | None = None, progress: bool = True) -> None:

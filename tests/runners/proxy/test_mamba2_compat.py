@@ -98,3 +98,42 @@ def test_init_maps_the_mixer_of_a_spec_that_sets_chunk_256():
     source = type(arch).model_validate(migrate_arch(arch.model_dump()))
     prefixes = _mixer_prefixes(arch, source)
     assert all(f"layers.{i}.mixer." in prefixes for i in range(len(arch.layers)))
+
+
+def test_every_reader_of_a_records_spec_migrates_it(tmp_path):
+    """An experiment written before issue #21: its trial record, checkpoint and result.json
+    all carry the old written-out 256. Export with weights compares the record's spec with the
+    checkpoint's (both read through nas.spec.stored_spec, so they agree) and writes None; the
+    sweep's, transfer's, one-shot check's and report's readers get None too."""
+    from nas.cost import cost
+    from nas.spec import stored_spec
+    from runners.checkpoint import RESULT
+    from runners.export import export_trial
+    from runners.results.records import ExperimentRecord, Objective, Point, TrialRecord, trial_path, write_json
+
+    arch = loads_arch(MAMBA2)
+    exp = tmp_path / "exp"
+    run = exp / "trials" / "t0000"
+    train(arch, config(2), out_dir=run)
+
+    def old(spec: dict) -> dict:
+        for layer in spec["layers"]:
+            layer["mixer"]["chunk_size"] = 256  # as the old default was written out
+        return spec
+
+    ckpt = load(run / CHECKPOINT)
+    ckpt["arch"] = old(ckpt["arch"])
+    save(run / CHECKPOINT, ckpt)
+    (run / RESULT).write_text(json.dumps({**json.loads((run / RESULT).read_text()),
+                                          "arch": old(json.loads((run / RESULT).read_text())["arch"])}))
+    objectives = [Objective(name="acc", direction="maximize", measured=True)]
+    write_json(exp / "experiment.json", ExperimentRecord(name="old", space={}, objectives=objectives,
+                                                         engine="optuna", trials=1, created=0.0, seq_len=16))
+    stored = old(arch.model_dump(mode="json"))
+    write_json(trial_path(exp, "t0000"), TrialRecord(
+        id="t0000", number=0, status="complete", arch=stored, summary="mamba2", cost=cost(arch, seq_len=16).to_dict(),
+        points=[Point(values={"acc": 0.5})]))
+    done = export_trial(exp, tmp_path / "out", trial="t0000", with_weights=True)
+    written = json.loads((done.out / "config.json").read_text())["arch"]
+    assert [layer["mixer"]["chunk_size"] for layer in written["layers"]] == [None, None]
+    assert [layer.mixer.chunk_size for layer in stored_spec(stored).layers] == [None, None]
