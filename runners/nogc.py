@@ -10,7 +10,7 @@ the figures' cycles freed at the end instead of on the way).
 
 Once read, the records are frozen out of the collector's passes (:func:`frozen_gc`) and the
 collector runs again for the charts: plotly's and matplotlib's figures hold cycles, and
-freed as they go instead of at the end they no longer add up (17 MB of the report's peak at
+freed as they go instead of at the end they no longer add up (about 20 MB of the report's peak at
 10,000 candidates), while the passes skip the records read before."""
 from __future__ import annotations
 
