@@ -48,9 +48,10 @@ def load_run(path: str | Path, spec: str | Path | None = None, task: str | None 
     result = read_optional(result_path, TrainResult) if result_path.is_file() else None
     if spec is not None:
         arch = load_arch(spec)
-    elif result is not None or "arch" in ckpt:  # a stored spec: read through today's
-        stored = result.arch.model_dump(mode="json") if result is not None else ckpt["arch"]
-        arch = stored_spec(stored)
+    elif result is not None:  # TrainResult reads its stored spec through today's (migrate_arch)
+        arch = result.arch
+    elif "arch" in ckpt:
+        arch = stored_spec(ckpt["arch"])
     else:
         raise ValueError(f"{ckpt_path}: no result.json or saved spec next to it; give --spec")
     arch = with_vocab(arch if arch.is_canonical else resolve(arch), state["embed.weight"].shape[0])
