@@ -13,7 +13,8 @@ memory) and as subprocesses (`loopnas status --json`, `loopnas report`: their wa
 and peak RSS). The baseline, timed in this same process: an in-memory Optuna study of the
 same trials (``optuna.trial.create_trial`` with the replicate means as values) and
 ``optuna.visualization.plot_pareto_front`` + ``plot_hypervolume_history`` written as one
-HTML page. The ratio is loopnas ÷ Optuna.
+HTML page. The ratio is loopnas ÷ Optuna. Under the table, the report's peak RSS after each
+of its stages, in one more fresh process (``STAGES``).
 
 ``python benchmarks/bench_status_scale.py [--sizes 1000,10000] [--seeds 5] [--source DIR] [--out FILE.md]``
 """
@@ -119,6 +120,41 @@ def _subprocess(*argv: str) -> tuple[float, float]:
     return wall, int(proc.stderr.strip().splitlines()[-1]) / 1024
 
 
+# the report in a fresh process as `loopnas report` runs it (collector paused), its peak RSS
+# (VmHWM) after each stage: where the memory goes
+STAGES = r"""
+import sys
+from runners.nogc import paused_gc
+import runners.report as R, runners.report.charts as C, runners.report.importance as I
+def hwm():
+    return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) // 1024
+marks = [("imports", hwm())]
+def after(module, name, label):
+    f = getattr(module, name)
+    def marked(*a, **kw):
+        out = f(*a, **kw)
+        marks.append((label, hwm()))
+        return out
+    setattr(module, name, marked)
+after(R, "load", "records read and ranked")
+after(C, "hypervolume_figure", "PNGs and plotly figures")
+after(I, "param_importance", "importance")
+after(R, "front_table", "front table")
+after(R, "write_csv", "page and front.csv")
+with paused_gc():
+    R.write_report(sys.argv[1])
+print("; ".join(f"{label} {mb}" for label, mb in marks))
+"""
+
+
+def stages(exp_dir: Path) -> str:
+    """The report's peak memory (MB) after each stage, in a fresh process (:data:`STAGES`)."""
+    proc = subprocess.run([sys.executable, "-c", STAGES, str(exp_dir)], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode:
+        raise SystemExit(proc.stderr[-2000:])
+    return proc.stdout.strip().splitlines()[-1]
+
+
 def optuna_baseline(exp_dir: Path, out: Path) -> float:
     """Seconds for Optuna's own plots of the same trials: an in-memory study of their means,
     plot_pareto_front + plot_hypervolume_history written as one HTML page."""
@@ -170,6 +206,7 @@ def measure(exp_dir: Path) -> dict:
     row["optuna_s"] = optuna_baseline(exp_dir, exp_dir / "optuna.html")
     row["optuna_page_mb"] = (exp_dir / "optuna.html").stat().st_size / 1e6
     row["inproc_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    row["stages"] = stages(exp_dir)
     return row
 
 
@@ -187,6 +224,7 @@ def main() -> None:
                  "| candidates × seeds | front | status cold s (MB) | status s (MB) | report cold s (MB) "
                  "| report s (MB) | page MB | Optuna plots s (page MB) | status ÷ Optuna | report ÷ Optuna |",
                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        stage_lines: list[str] = []
         for n in map(int, args.sizes.split(",")):
             exp_dir = fabricate(source, tmp / f"x{n}", n, args.seeds)
             r = measure(exp_dir)
@@ -196,8 +234,9 @@ def main() -> None:
                          f"| {r['optuna_s']:.2f} ({r['optuna_page_mb']:.2f}) | {r['status_s'] / r['optuna_s']:.2f} "
                          f"| {r['report_s'] / r['optuna_s']:.2f} |")
             print(lines[-1], flush=True)
+            stage_lines.append(f"- {n:,} × {args.seeds}, the report's peak MB after each stage: {r['stages']}")
             shutil.rmtree(exp_dir)
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines + [""] + stage_lines) + "\n"
     print(text)
     if args.out:
         args.out.write_text(text)

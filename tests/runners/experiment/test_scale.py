@@ -158,6 +158,19 @@ def test_the_report_from_digests_ranks_as_from_whole_records(tmp_path, monkeypat
                                                       key=lambda i: (whole.rows[i].get(axis), whole.rows[i].label))
 
 
+def test_the_benchmarks_stage_breakdown_runs_every_stage_of_the_report(tmp_path):
+    """bench_status_scale's per-stage peak memory (its STAGES script) runs the real report in
+    a fresh process and marks each stage once, in order, with a non-decreasing peak."""
+    bench = _bench()
+    exp_dir = bench.fabricate(_source(tmp_path / "src"), tmp_path / "exp", 30)
+    marks = [m.rsplit(" ", 1) for m in bench.stages(exp_dir).split("; ")]
+    assert [label for label, _ in marks] == ["imports", "records read and ranked", "PNGs and plotly figures",
+                                             "importance", "front table", "page and front.csv"]
+    peaks = [int(mb) for _, mb in marks]
+    assert peaks == sorted(peaks) and peaks[0] > 0
+    assert (exp_dir / "report" / "index.html").is_file()
+
+
 def test_status_starts_without_the_cost_model_graphs_or_scipy_stats(tmp_path):
     """`loopnas status` at start-up: what it does not need (networkx, scipy.stats, the cost
     model, matplotlib, plotly, optuna, torch) it does not import; its front's ties come from
