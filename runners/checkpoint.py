@@ -75,10 +75,12 @@ def atomic(path: str | Path) -> Iterator[Path]:
         raise
 
 
-def write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`atomic`)."""
-    with atomic(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+def write_text(path: str | Path, text: str | list[str]) -> None:
+    """Write ``text`` (UTF-8; a list: its parts one after another, never joined in memory)
+    to ``path`` atomically (:func:`atomic`)."""
+    with atomic(path) as tmp, tmp.open("w", encoding="utf-8") as f:
+        for part in [text] if isinstance(text, str) else text:
+            f.write(part)
 
 
 def save_figure(fig: Any, path: str | Path, **kwargs: Any) -> Path:

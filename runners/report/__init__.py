@@ -59,66 +59,62 @@ def _section(title: str, blocks: list[str], grid: bool = False) -> str:
     return f"<h2>{title}</h2>" + (f"<div class='grid'>{inner}</div>" if grid else inner)
 
 
-def _charts(exp: Experiment, out: Path) -> tuple[str, list[Path]]:
-    """The page body below the header, and the PNGs written."""
+def _charts(exp: Experiment, out: Path) -> tuple[list[str], list[Path]]:
+    """The page body below the header, in parts (plotly.js first: 2 MB gzipped,
+    ``page.plotly_script``; then each section, never joined: the page is written part by
+    part, 15 MB of copies less at 10,000 candidates), and the PNGs written."""
     from .charts import (
         agreement_figure, front_figure, hypervolume_figure, importance_figure, parallel_figure,
     )
     from .importance import noise_floor, param_importance, sample_note
     from .static import front_png, hypervolume_png
 
-    inlined: list[bool] = []
-
     def html(fig) -> str:
-        """A figure's <div>; plotly.js (gzipped, 2 MB: ``page.plotly_script``) precedes the first only."""
-        text = fig.to_html(full_html=False, include_plotlyjs=False,
-                           config={"displaylogo": False, "responsive": True})
-        text = text if inlined else plotly_script() + text
-        inlined.append(True)
-        return text
+        """A figure's <div> (plotly.js precedes every chart: the body's first part)."""
+        return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True})
 
     def missing(text: str) -> str:
         return f"<p class='empty'>{text}</p>"
 
     compute, params, memory = axes(exp)
     pngs = [front_png(exp, a, out / f"{a.png}.png") for a in (compute, params, memory)]
-    body = _section("Quality vs projection compute", [html(front_figure(exp, compute))])
-    body += _section("Quality vs parameters and memory",
-                     [html(front_figure(exp, params)), html(front_figure(exp, memory))], grid=True)
+    body = [plotly_script(), _section("Quality vs projection compute", [html(front_figure(exp, compute))])]
+    body.append(_section("Quality vs parameters and memory",
+                         [html(front_figure(exp, params)), html(front_figure(exp, memory))], grid=True))
     serving = serving_axes(exp)
     if serving:
         pngs += [front_png(exp, a, out / f"{a.png}.png") for a in serving]
-        body += _section("Quality vs measured serving cost",
-                         [html(front_figure(exp, a)) for a in serving], grid=len(serving) > 1)
+        body.append(_section("Quality vs measured serving cost",
+                             [html(front_figure(exp, a)) for a in serving], grid=len(serving) > 1))
     history = hypervolume_history(exp)
     pngs.append(hypervolume_png(history, exp.record.name, out / "hypervolume.png"))
     agreement = rank_agreement(exp)
-    body += _section("Search progress and proxy trustworthiness", [
+    body.append(_section("Search progress and proxy trustworthiness", [
         html(hypervolume_figure(history)),
         html(agreement_figure(agreement)) if agreement else missing(
-            "Rank agreement needs 3 complete trials evaluated at the same rung step.")], grid=True)
+            "Rank agreement needs 3 complete trials evaluated at the same rung step.")], grid=True))
     importance, why = param_importance(exp)
     parallel = parallel_figure(exp)
-    body += _section("Sampled parameters", [
+    body.append(_section("Sampled parameters", [
         html(importance_figure(importance, noise_floor(exp), sample_note(exp))) if importance
         else missing(f"Parameter importance: {why}."),
         html(parallel) if parallel else missing("Parallel coordinates need 2 complete trials "
-                                                "with a varying sampled parameter.")])
+                                                "with a varying sampled parameter.")]))
     calibration = _calibration(exp)
     if calibration:
-        body += _section("Calibration: can the proxy see each axis?", [calibration])
+        body.append(_section("Calibration: can the proxy see each axis?", [calibration]))
     check = check_section(exp.dir)  # a one-shot sweep's self-check
     if check:
-        body += _section("One-shot self-check: does the supernet rank like stand-alone training?", [check])
+        body.append(_section("One-shot self-check: does the supernet rank like stand-alone training?", [check]))
     transfer = transfer_section(exp.dir)  # loopnas transfer: EXP/transfer/
     if transfer:
-        body += _section(TRANSFER_TITLE, [transfer])
+        body.append(_section(TRANSFER_TITLE, [transfer]))
     diagrams: dict[str, str | None] = {}
     for trial in (exp.rows[i].trial for i in exp.front):  # one per trial: an elastic one has a row per k
         if trial.arch is not None and trial.id not in diagrams:
             diagrams[trial.id] = diagram_uri(trial.arch)
-    body += _section(f"The front: {plural(len(exp.front), 'point')} over "
-                     f"{', '.join(o.name for o in exp.objectives)}", [front_table(exp, diagrams)])
+    body.append(_section(f"The front: {plural(len(exp.front), 'point')} over "
+                         f"{', '.join(o.name for o in exp.objectives)}", [front_table(exp, diagrams)]))
     return body, pngs
 
 
@@ -157,9 +153,9 @@ def write_report(exp_dir: str | Path, seq_len: int | None = None) -> Report:
         exp = load(exp_dir, seq_len)
     with frozen_gc():  # the figures' cycles freed as they go, the records not walked (runners.nogc)
         out = own_dir(Path(exp_dir) / REPORT)  # a symlinked report/ is replaced, not written through
-        body, pngs = _charts(exp, out) if exp.rows else (_empty(exp), [])
+        body, pngs = _charts(exp, out) if exp.rows else ([_empty(exp)], [])
         index = out / "index.html"
-        write_text(index, document(f"{exp.record.name}: loopnas report", header(exp) + body))  # atomic
+        write_text(index, document(f"{exp.record.name}: loopnas report", [header(exp), *body]))  # atomic
         return Report(exp, index, write_csv(exp, out / "front.csv"), tuple(pngs))
 
 

@@ -174,9 +174,11 @@ def plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def document(title: str, body: str) -> str:
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>{body}</body></html>")
+def document(title: str, body: list[str]) -> list[str]:
+    """The page in parts, ``body`` among them as given (``runners.checkpoint.write_text``
+    writes them one after another)."""
+    return [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
+            f"<style>{CSS}</style></head><body>", *body, "</body></html>"]
 
 
 __all__ = ["PAGE", "diagram_uri", "document", "front_table", "header", "plotly_script", "value_text"]
