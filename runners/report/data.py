@@ -24,7 +24,7 @@ from runners.results.front import non_dominated
 from runners.results.records import Objective, TrialRecord, read_experiment
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Row(TrialPoint):
     """One (quality, cost) point of a complete trial, with its cost sheet at ``k``."""
 
@@ -67,8 +67,10 @@ def _sheet_at(cost: dict, k: int | None) -> dict:
     figures = cost
     if k is not None and str(k) in cost.get("per_k", {}):
         figures = cost["per_k"][str(k)]
-    return {**figures, "unique_params": cost["unique_params"],
-            "train_flops_per_token": cost.get("train_flops_per_token")}
+    top = {"unique_params": cost["unique_params"], "train_flops_per_token": cost.get("train_flops_per_token")}
+    if figures is cost and "train_flops_per_token" in cost:
+        return cost  # the sheet itself (not a copy for each of 10,000 rows)
+    return {**figures, **top}
 
 
 def _reprice(trial: TrialRecord, seq_len: int) -> dict | None:
@@ -114,9 +116,10 @@ def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) ->
         return rows, [f"{trial.id}: complete but no evaluated points"]
     for p in trial.points:
         sheet = _sheet_at(cost, p.k)
-        values = dict(p.values)
+        values = p.values  # the record's (copied only where the sheet adds an objective)
         for o in objectives:
             if o.name not in values and o.name in COST_METRICS:  # cost objectives the sheet has
+                values = values if values is not p.values else dict(values)
                 try:
                     values[o.name] = sheet_value(cost, o.name, p.k if str(p.k) in cost.get("per_k", {}) else None)
                 except (KeyError, TypeError, ValueError):  # a field the sheet lacks: named below
@@ -128,7 +131,7 @@ def _rows(trial: TrialRecord, objectives: list[Objective], cost: dict | None) ->
             excluded.append(f"{label}: " + "; ".join(
                 [f"no {n}" for n in missing] + [f"{n} = {values[n]}" for n in bad]))
             continue
-        rows.append(Row(trial, p.k, values, dict(p.se), p.n, sheet=sheet))
+        rows.append(Row(trial, p.k, values, p.se, p.n, sheet=sheet))
     return rows, excluded
 
 
@@ -146,20 +149,21 @@ def load(exp_dir: str | Path, seq_len: int | None = None) -> Experiment:
     record = read_experiment(exp_dir)
     reprice = seq_len is not None and seq_len != record.seq_len
     whole = reprice or trial_files(Path(exp_dir)) <= WHOLE
-    trials, bad, unreadable, replicates = read_candidates(exp_dir, whole)
-    exp = Experiment(record, trials, excluded=[f"{p.path.name}: unreadable record ({p.why})" for p in unreadable],
-                     dir=Path(exp_dir), seq_len=seq_len or record.seq_len)
+    read = read_candidates(exp_dir, whole, record.objectives)
+    exp = Experiment(record, read.trials, excluded=[f"{p.path.name}: unreadable record ({p.why})"
+                                                    for p in read.unreadable],
+                     dir=Path(exp_dir), seq_len=seq_len or record.seq_len, rungs=read.rungs)
     for trial in exp.trials:
         if trial.status != "complete":
             continue
-        if bad.get(trial.id):
-            exp.excluded.append(f"{trial.id}: {bad[trial.id]}")
+        if read.bad.get(trial.id):
+            exp.excluded.append(f"{trial.id}: {read.bad[trial.id]}")
             continue
         cost = _reprice(trial, exp.seq_len) if reprice else trial.cost
         rows, excluded = _rows(trial, exp.objectives, cost)
         exp.points += rows
         exp.excluded += excluded
-    exp.rank(replicates)
+    exp.rank(read.replicates)
     if not whole:
         exp.read_whole(exp.front)
     return exp
@@ -236,9 +240,9 @@ def rank_agreement(exp: Experiment) -> list[Agreement]:
     for t in exp.trials:
         if t.id not in final:
             continue
-        for rung in t.rungs:
-            if rung.quality is not None and math.isfinite(rung.quality):
-                by_step.setdefault(rung.step, {})[t.id] = rung.quality
+        for step, quality in exp.rungs_of(t):
+            if quality is not None and math.isfinite(quality):
+                by_step.setdefault(step, {})[t.id] = quality
     out = []
     for step in sorted(by_step):
         ids = sorted(by_step[step])

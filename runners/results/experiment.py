@@ -9,7 +9,9 @@ value for every objective; the report: those with a usable cost sheet; export: t
 a spec) and this module ranks them, one way. Torch-free; no plotting or terminal library."""
 from __future__ import annotations
 
+import math
 import os
+from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -21,18 +23,19 @@ from nas.noise import PairTest, front_candidates
 
 from . import records
 from .front import (
-    FrontPoint, finite_values, noise_sentence, quality_name, rank, replicate_rows, replicates_of,
+    FrontPoint, exact_columns, finite_values, noise_sentence, quality_name, rank, replicate_rows, replicates_of,
 )
 from .records import (
-    TRIALS, ExperimentRecord, Objective, TrialRecord, Unreadable, read_experiment, read_index, read_record,
-    read_trials, trial_path, undigest,
+    TRIALS, ExperimentRecord, Objective, TrialRecord, Unreadable, brief, digest_rungs, iter_index, read_experiment,
+    read_record, read_trials, trial_path, undigest,
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TrialPoint:
     """One point of a complete trial: its objectives' replicate means (``values``), standard
-    errors (``se``; missing: unknown) and replicate count; on the front, its noise."""
+    errors (``se``; missing: unknown) and replicate count; on the front, its noise. Slotted:
+    a report holds one per point, 10,000 and more."""
 
     trial: TrialRecord  # the candidate: its whole record, or its digest (no spec, no replicate rungs)
     k: int | None  # the loop count an elastic checkpoint was evaluated at (None: the spec's own)
@@ -68,7 +71,7 @@ def points_of(trial: TrialRecord, objectives: list[Objective]) -> list[TrialPoin
     if trial.status != "complete":
         return []
     names = [o.name for o in objectives]
-    return [TrialPoint(trial, p.k, p.values, dict(p.se), p.n) for p in trial.points if finite_values(p.values, names)]
+    return [TrialPoint(trial, p.k, p.values, p.se, p.n) for p in trial.points if finite_values(p.values, names)]
 
 
 @dataclass
@@ -86,6 +89,7 @@ class Experiment:
     noise: str = ""  # one sentence: are the front's differences beyond seed noise?
     dir: Path | None = None
     seq_len: int | None = None  # the context the cost sheets are priced at (the experiment's by default)
+    rungs: dict[str, array] | None = None  # each trial's rungs by id where trials are digests (rungs_of)
 
     def __post_init__(self) -> None:
         if self.seq_len is None:
@@ -122,14 +126,17 @@ class Experiment:
         """The front as plain data (:meth:`TrialPoint.entry`): status's JSON and the terminal table."""
         return [p.entry(self.objectives) for p in self.members]
 
-    def rank(self, replicates: dict[str, Replicates] | None = None) -> Experiment:
+    def rank(self, replicates: dict[tuple[str, int | None], ReplicateRows] | None = None) -> Experiment:
         """Rank ``points``: the front, each point's p_front and each member's tie (in place;
-        returns the experiment). ``replicates``: each trial's by id, where the records hold
-        none (:func:`read_candidates` of digests); else the records'."""
+        returns the experiment). ``replicates``: each point's replicate rows by (trial id,
+        k), where the records hold none (:func:`read_candidates` of digests); else the records'."""
         reps, seeds = [], []
         for p in self.points:
-            found = replicates_of(p.trial) if replicates is None else replicates.get(p.trial.id, [])
-            rows, s = replicate_rows(found, p.k, self.objectives, p.values)
+            found = replicates.get((p.trial.id, p.k)) if replicates is not None else None
+            if found is None:
+                rows, s = replicate_rows(replicates_of(p.trial), p.k, self.objectives, p.values)
+            else:
+                rows, s = exact_columns(found[0], p.values, self.objectives), found[1]
             reps.append(rows)
             seeds.append(s)
         ranked = rank([p.values for p in self.points], reps, seeds, self.objectives)
@@ -148,6 +155,14 @@ class Experiment:
             return None
         ascending = sorted(self.front)  # knee_point breaks ties by the lowest index
         return ascending[knee_point(self.matrix([self.points[i] for i in ascending]), self.directions)]
+
+    def rungs_of(self, trial: TrialRecord) -> list[tuple[int, float | None]]:
+        """A trial's (step, quality) at each rung: its record's, or where the trials are
+        digests, the digest's (:func:`records.digest_rungs`; quality NaN where none)."""
+        flat = self.rungs.get(trial.id) if self.rungs is not None else None
+        if flat is None:
+            return [(r.step, r.quality) for r in trial.rungs]
+        return [(int(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
 
     def trial(self, trial_id: str) -> TrialRecord:
         found = next((t for t in self.trials if t.id == trial_id), None)
@@ -184,6 +199,7 @@ def trial_files(exp_dir: Path) -> int:
 
 
 Replicates = list[tuple[int, str, list]]  # (seed, status, [(k, values), ...]) of each: front.replicate_rows reads them
+ReplicateRows = tuple[np.ndarray, list[int] | None]  # a point's (front.replicate_rows): a few hundred bytes, not 2 kB of lists
 
 
 def digest_replicates(data: dict) -> Replicates:
@@ -192,26 +208,48 @@ def digest_replicates(data: dict) -> Replicates:
     return [(seed, status, points) for _, seed, status, points in data["reps"]]
 
 
-def read_candidates(exp_dir: str | Path, whole: bool) -> tuple[list[TrialRecord], dict[str, str], list[Unreadable],
-                                                               dict[str, Replicates] | None]:
-    """Every readable trial record, each canonical spec's problem by trial id
-    (``records.arch_problem``), what was unreadable (named, not fatal) and the replicates
-    by trial id (None: in the records). ``whole``: the records themselves; else their
-    digests (``records.read_index``: incremental, and no spec, replicate rungs or
-    replicate records in memory: each trial's replicates stay the digest's plain lists,
-    for :meth:`Experiment.rank`, and each digest is let go once read)."""
+@dataclass
+class Candidates:
+    """What :func:`read_candidates` read: every readable trial record (or its digest), each
+    canonical spec's problem by trial id (``records.arch_problem``), what was unreadable
+    (named, not fatal); from digests, each point's replicate rows by (trial id, k) and each
+    trial's rungs by id (:meth:`Experiment.rank`, :meth:`Experiment.rungs_of`; None: in
+    the records)."""
+
+    trials: list[TrialRecord]
+    bad: dict[str, str]
+    unreadable: list[Unreadable]
+    replicates: dict[tuple[str, int | None], ReplicateRows] | None = None
+    rungs: dict[str, array] | None = None
+
+
+def read_candidates(exp_dir: str | Path, whole: bool, objectives: list[Objective]) -> Candidates:
+    """The trial records (``whole``), else their digests (``records.iter_index``:
+    incremental, one parsed at a time, and no spec, replicate rungs or replicate records in
+    memory: each point's replicates over ``objectives`` become their rows, each trial's
+    rungs a flat array)."""
     problems: list[Unreadable] = []
     if whole:
         trials = read_trials(exp_dir, problems=problems)
-        return trials, {t.id: records.arch_problem(t.arch) for t in trials if t.status == "complete"}, problems, None
-    digests = read_index(exp_dir, problems=problems, more=True)
-    trials, bad, reps = [], {}, {}
-    for n, d in enumerate(digests):
-        digests[n] = None  # type: ignore[call-overload]  # freed as read: the records reuse its memory
-        trials.append(undigest(d, more=True, replicates=False))
-        bad[d["id"]] = d["more"].get("arch_problem", "")
-        reps[d["id"]] = digest_replicates(d)
-    return trials, bad, problems, reps
+        return Candidates(trials, {t.id: records.arch_problem(t.arch) for t in trials if t.status == "complete"},
+                          problems)
+    def use(d: dict) -> tuple:  # raises on a digest that is not one (iter_index reads its record again)
+        d = brief(d)
+        trial = undigest(d, more=True, replicates=False, rungs=False)
+        reps = {}
+        for p in trial.points:  # cost-model columns: set at rank time, where a cost sheet may add them
+            known = {o.name: p.values.get(o.name, math.nan) for o in objectives}
+            reps[p.k] = replicate_rows(digest_replicates(d), p.k, objectives, known)
+        return trial, str(d["more"].get("arch_problem", "")), digest_rungs(d), reps
+
+    out = Candidates([], {}, problems, {}, {})
+    for trial, bad, rungs, reps in iter_index(exp_dir, problems=problems, more=True, use=use):  # one at a time
+        out.trials.append(trial)
+        out.bad[trial.id] = bad
+        out.rungs[trial.id] = rungs
+        out.replicates.update({(trial.id, k): r for k, r in reps.items()})
+    out.trials.sort(key=lambda t: t.number)
+    return out
 
 
 def load(exp_dir: str | Path, admit: Callable[[TrialRecord], bool] | None = None) -> Experiment:
@@ -250,5 +288,5 @@ def from_digests(exp_dir: str | Path, record: ExperimentRecord, digests: list[di
     return exp.rank()
 
 
-__all__ = ["Experiment", "Replicates", "TrialPoint", "WHOLE", "from_digests", "load", "points_of", "read_candidates",
+__all__ = ["Candidates", "Experiment", "ReplicateRows", "Replicates", "TrialPoint", "WHOLE", "from_digests", "load", "points_of", "read_candidates",
            "trial_files"]

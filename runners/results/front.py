@@ -92,6 +92,16 @@ def replicate_rows(replicates: Iterable, k: int | None, objectives: list[Objecti
     return np.array(rows or [fixed], dtype=float), seeds or None
 
 
+def exact_columns(rows: np.ndarray, values: Mapping[str, float], objectives: list[Objective]) -> np.ndarray:
+    """``rows`` (:func:`replicate_rows`, read before every cost-model value was known) with
+    each cost-model objective's column set to its exact value in ``values``."""
+    out = rows.copy()
+    for i, o in enumerate(objectives):
+        if not o.measured:
+            out[:, i] = values[o.name]
+    return out
+
+
 def replicates_of(record: TrialRecord) -> list[tuple[int, str, list[tuple[int | None, dict]]]]:
     """A record's replicates as :func:`replicate_rows` reads them."""
     return [(r.seed, r.status, [(p.k, p.values) for p in r.points]) for r in record.replicates]

@@ -8,7 +8,7 @@ Layout (every file written atomically, as it happens)::
       study.journal           the Optuna study (JournalStorage): optuna-dashboard opens it
       driver.lock             held by the one driver running the sweep (runners.sweep.lock)
       trials/t0007.json       one TrialRecord per trial (any status, updated as it runs)
-      index.json              a digest of each trial record (read_index), kept by status and report
+      index.json              a digest of each trial record, a JSON line each (iter_index), kept by status and report
       index.more.json         the rest of each digest, kept by report
       trials/t0007/           per-trial scratch: checkpoint.pt, result.json of the trainer
       trials/t0007/s1/        ... of replicate 1, when the trial has several (proxy.seeds > 1)
@@ -25,16 +25,22 @@ import math
 import os
 import re
 import stat
+from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing_extensions import TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic_core import from_json
 
 from nas.errors import LoopnasError
 
 from runners.checkpoint import (
     CHECKPOINT,
+    atomic,
     write_text,  # the one atomic write (re-exported: records use it)
 )
 
@@ -396,15 +402,49 @@ def arch_problem(arch: dict | None) -> str:
 _BRIEF = {"id", "number", "status", "reason", "node", "devices", "points", "summary"}
 
 
+class _DigestPoint(TypedDict, total=False):
+    k: int | None
+    values: dict[str, float]
+    se: dict[str, float]
+    n: int
+
+
+class _Brief(TypedDict):
+    """A :func:`digest` without its ``"more"``: what status reads of each record."""
+
+    id: str
+    number: int
+    status: TrialStatus
+    reason: str | None
+    summary: str | None
+    points: list[_DigestPoint]
+    node: str | None
+    devices: list[str]
+    reps: list[tuple[int, int, ReplicateStatus, list[tuple[int | None, dict[str, float]]]]]
+
+
+_BRIEF_DIGEST = TypeAdapter(_Brief)
+
+
+def brief(data: dict) -> dict:
+    """A digest's brief part as a reader of digests can trust it (iter_index's ``use``: 50 ms
+    for 10,000), with its ``"more"`` as it was; pydantic's ValidationError where it is not
+    one (a line planted, or written by another version of the digest)."""
+    out = _BRIEF_DIGEST.validate_python(data)
+    if "more" in data:
+        out["more"] = data["more"]
+    return out
+
+
 def digest(record: TrialRecord) -> dict:
     """What a reader of many trials needs of one record, as JSON data a :class:`TrialRecord`
     validates from (:func:`undigest`): its status, devices, summary and points, under
     ``"reps"`` its replicates' ``[index, seed, status, [[k, values], ...]]``; under ``"more"``, the rest but the canonical spec (``arch_problem`` says whether it is valid), replicate rungs and
-    timings and the cost sheet's per-op detail, with rungs as (step, quality)."""
+    timings and the cost sheet's per-op detail, with rungs as ``[step, quality]``."""
     data = record.model_dump(mode="json", include=_BRIEF)
     data["reps"] = [[r.index, r.seed, r.status, [[p.k, p.values] for p in r.points]] for r in record.replicates]
     more = record.model_dump(mode="json", exclude=_BRIEF | {"arch", "violations", "replicates", "rungs", "cost"})
-    more["rungs"] = [{"step": r.step, "quality": r.quality} for r in record.rungs]
+    more["rungs"] = [[r.step, r.quality] for r in record.rungs]
     if record.cost is not None:
         cost = {k: v for k, v in record.cost.items() if k not in _HEAVY}
         if isinstance(cost.get("per_k"), dict):
@@ -417,14 +457,77 @@ def digest(record: TrialRecord) -> dict:
     return data
 
 
-def undigest(data: dict, more: bool = False, replicates: bool = True) -> TrialRecord:
+class _SharedNames(set):
+    """The names of the fields a record was given (pydantic's ``__pydantic_fields_set__``),
+    one object for every record read from a digest that was given the same ones: pydantic
+    keeps a set per model, 2.2 kB for a trial record's 20 names, and 10,000 digests with
+    their points and rungs held 32 MB of equal sets (the report's peak memory,
+    ``benchmarks/bench_status_scale.py``). Shared, so read-only: assigning a field the
+    digest gave is as usual, one it did not raises (use ``model_copy``, whose copy is a set of
+    its own)."""
+
+    _known: dict[frozenset, _SharedNames] = {}
+
+    @classmethod
+    def of(cls, names: set[str]) -> _SharedNames:
+        key = frozenset(names)
+        if key not in cls._known:
+            cls._known[key] = cls(key)
+        return cls._known[key]
+
+    def __copy__(self) -> set[str]:
+        return set(self)
+
+    def copy(self) -> set[str]:
+        return set(self)
+
+    def add(self, name: str) -> None:  # pydantic's assignment to a field: a no-op for one already set
+        if name not in self:
+            self._read_only()
+
+    def _read_only(self, *args: object) -> None:
+        raise TypeError("the field names of a record read from a digest are shared: model_copy(update=...) it")
+
+    discard = remove = pop = clear = update = difference_update = _read_only
+    intersection_update = symmetric_difference_update = _read_only
+    __ior__ = __iand__ = __isub__ = __ixor__ = _read_only  # type: ignore[assignment]
+
+
+def _share_names(model: BaseModel) -> None:
+    object.__setattr__(model, "__pydantic_fields_set__", _SharedNames.of(model.__pydantic_fields_set__))
+
+
+def undigest(data: dict, more: bool = False, replicates: bool = True, rungs: bool = True) -> TrialRecord:
     """The :class:`TrialRecord` a :func:`digest` keeps (with its ``"more"`` when ``more``;
-    with no replicates unless ``replicates``: a reader of 10,000 candidates that ranks from
-    the digest's ``"reps"`` itself keeps 50,000 small records out of memory)."""
+    with no replicates unless ``replicates``, no rungs unless ``rungs``: a reader of 10,000
+    candidates that ranks from the digest's ``"reps"`` itself keeps 50,000 small records out
+    of memory, and one that reads the rungs as :func:`digest_rungs` 40,000). Its models share
+    their field-name sets (:class:`_SharedNames`): read-only, as a reader keeps them."""
     replicates = [{"index": i, "seed": seed, "status": status, "points": [{"k": k, "values": v} for k, v in points]}
                   for i, seed, status, points in data["reps"]] if replicates else []
     brief = {k: v for k, v in data.items() if k not in ("reps", "more")}
-    return TrialRecord.model_validate({**brief, "replicates": replicates, **(data["more"] if more else {})})
+    rest = {}
+    if more:
+        rest = {k: v for k, v in data["more"].items() if k != "rungs"}
+        if rungs:
+            rest["rungs"] = [{"step": step, "quality": quality} for step, quality in _RUNGS.validate_python(
+                data["more"].get("rungs", []))]
+    record = TrialRecord.model_validate({**brief, "replicates": replicates, **rest})
+    for model in (record, *record.points, *record.rungs, *record.replicates,
+                  *(p for r in record.replicates for p in r.points)):
+        _share_names(model)
+    return record
+
+
+_RUNGS = TypeAdapter(list[tuple[int, float | None]])
+
+
+def digest_rungs(data: dict) -> array:
+    """A :func:`digest`'s rungs (its ``"more"``), flattened: step, quality, step, quality, ...
+    (quality NaN where the rung has none), 100 bytes where as :class:`Rung` models they take
+    1.5 kB. Not rungs as a digest holds them: pydantic's ValidationError."""
+    return array("d", [x for step, quality in _RUNGS.validate_python(data["more"].get("rungs", []))
+                       for x in (step, math.nan if quality is None else quality)])
 
 
 _INDEX_SLACK = 1 << 10  # bytes of an index per record beyond the record's own size
@@ -442,23 +545,73 @@ def _version(entry: os.DirEntry) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
-def _cached(path: Path, cap: int = 64 * MAX_EXPERIMENT) -> dict:
-    try:
-        data = json.loads(read_bounded(path, cap))
-        return data["trials"] if data.get("format") == 2 and isinstance(data["trials"], dict) else {}
-    except (OSError, Skipped, ValueError, AttributeError, KeyError, TypeError):
-        return {}
+INDEX_FORMAT = 3
+"""The index files' version: 3 is JSON lines (a header, then one ``[file name, version,
+part]`` line per record in file-name order), so a reader holds one parsed digest at a time;
+2 (one JSON object) took the 10,000-candidate report's memory 100 MB up while it parsed. An
+index of another version is not read: the records are read again and it is rewritten."""
+_HEADER = json.dumps({"format": INDEX_FORMAT}).encode() + b"\n"
 
 
-def read_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, more: bool = False) -> list[dict]:
-    """The :func:`digest` of every readable trial record, by trial number (``"more"`` a dict,
-    or absent unless ``more``): incremental. ``EXP/index.json`` (``index.more.json`` for
-    the rest) keeps each record's digest beside the file's size, modification time and
-    inode (records are replaced whole, so a new version has a new inode); a record whose
-    file changed, and only such, is read again (:func:`read_trials`'s rules, its problems
-    appended to ``problems``), and the index rewritten atomically when anything changed
-    (not at all where the directory cannot be written: the next reader reads again).
-    Memory stays that of the digests: one full record at a time."""
+class _IndexFile:
+    """One index file's lines, parsed one at a time as the records' entries (in file-name
+    order) ask for them: :meth:`take`. A line that is not ``[name, version, part]`` (torn,
+    planted, out of order) is passed over, and its record read again."""
+
+    def __init__(self, path: Path, cap: int):
+        try:
+            self.data = read_bounded(path, cap)
+        except (OSError, Skipped):
+            self.data = b""
+        self.pos = len(_HEADER) if self.data.startswith(_HEADER) else len(self.data)
+        self.lines = self.data.count(b"\n", self.pos)  # the entries it holds (its records, when current)
+        self.head: tuple[str, Any, Any, bytes] | None = None
+
+    def _next(self) -> tuple[str, Any, Any, bytes] | None:
+        while self.pos < len(self.data):
+            end = self.data.find(b"\n", self.pos)
+            end = len(self.data) if end < 0 else end
+            line, self.pos = self.data[self.pos:end], end + 1
+            try:  # pydantic's parser: its cache shares the strings 10,000 digests repeat (names, keys)
+                name, version, part = from_json(line)
+            except (ValueError, TypeError):
+                continue
+            if isinstance(name, str) and isinstance(part, dict):
+                return name, version, part, line
+        return None
+
+    def take(self, name: str) -> tuple[Any, Any, bytes] | None:
+        """The ``(version, part, line)`` of file ``name``, or None; lines of names before it
+        (records gone) are passed over."""
+        while True:
+            if self.head is None:
+                self.head = self._next()
+                if self.head is None:
+                    return None
+            if self.head[0] > name:
+                return None
+            head, self.head = self.head, None
+            if head[0] == name:
+                return head[1:]
+
+
+def _line(name: str, version: list[int], part: dict) -> bytes:
+    return json.dumps([name, version, part], separators=(",", ":")).encode() + b"\n"
+
+
+def iter_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, more: bool = False,
+               use: Callable[[dict], Any] | None = None) -> Iterator[Any]:
+    """The :func:`digest` of every readable trial record, in file-name order (``"more"`` a
+    dict, or absent unless ``more``), one at a time, or what ``use`` makes of each:
+    incremental. ``EXP/index.json`` (``index.more.json`` for the rest) keeps each record's
+    digest beside the file's size, modification time and inode (records are replaced whole,
+    so a new version has a new inode); a record whose file changed, and only such, is read
+    again (:func:`read_trials`'s rules, its problems appended to ``problems``), as is one
+    whose kept digest ``use`` refuses (ValueError, pydantic's among them, TypeError,
+    KeyError, IndexError: a torn or planted line); and both files are rewritten atomically
+    once the last is yielded when anything changed (not at all where the directory cannot be
+    written: the next reader reads again). Memory: the index files' bytes and the digest
+    being yielded; a reader that keeps each as a record never holds 10,000 parsed digests."""
     exp_dir = Path(exp_dir)
     trials = exp_dir / TRIALS
     try:
@@ -469,10 +622,9 @@ def read_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, mo
     # a digest is a part of its record: an index larger than the records it digests (and a
     # little more) is not theirs, and is not read (a planted 250 MB one took status past 500 MB)
     cap = min(64 * MAX_EXPERIMENT, _INDEX_SLACK * (len(entries) + 64) + sum(_size(e) for e in entries))
-    brief_cache = _cached(exp_dir / INDEX, cap)
-    more_cache = _cached(exp_dir / INDEX_MORE, cap) if more else None
-    fresh: tuple[dict, dict] = ({}, {})
-    out, changed = [], False
+    files = [_IndexFile(exp_dir / INDEX, cap)] + ([_IndexFile(exp_dir / INDEX_MORE, cap)] if more else [])
+    kept: list[tuple[str, list[int], list[bytes] | None]] = []  # each entry's lines: the old ones, or new ones
+    hits = 0
     for entry in entries:
         try:
             version = _version(entry)
@@ -483,9 +635,18 @@ def read_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, mo
                 raise RecordError(f"{Unreadable(path, why)}; restore it or move it out of {trials}") from None
             problems.append(Unreadable(path, why))
             continue
-        hits = [c.get(entry.name) for c in (brief_cache, more_cache) if c is not None]
-        if all(isinstance(h, list) and len(h) == 2 and h[0] == version for h in hits):
-            parts = [h[1] for h in hits]
+        found = [f.take(entry.name) for f in files]
+        out = _NONE
+        if all(h is not None and h[0] == version for h in found):
+            parts = [h[1] for h in found]  # type: ignore[index]
+            data = {**parts[0], "more": parts[1]} if more else parts[0]
+            try:
+                out = data if use is None else use(data)
+            except (ValueError, TypeError, KeyError, IndexError):
+                pass  # not a digest this reader can use: the record is read again
+        if out is not _NONE:
+            kept.append((entry.name, version, None))
+            hits += 1
         else:
             path = Path(entry.path)  # only for a record read again (10,000 Paths cost status 0.1 s)
             record, why = _why(path, TrialRecord)
@@ -496,23 +657,43 @@ def read_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, mo
                 continue
             brief = digest(record)
             parts = [brief, brief.pop("more")]
-            changed = True
-        for f, part in zip(fresh, parts):
-            f[entry.name] = [version, part]
-        out.append({**parts[0], "more": parts[1]} if more else parts[0])
-    if changed or len(fresh[0]) != len(brief_cache):
-        _write_index(exp_dir, fresh, more, cap)
-    return sorted(out, key=lambda d: d["number"])
+            kept.append((entry.name, version, [_line(entry.name, version, p) for p in parts]))
+            data = {**parts[0], "more": parts[1]} if more else parts[0]
+            out = data if use is None else use(data)
+        yield out
+    if any(hits != f.lines for f in files) or len(kept) != hits:
+        del files
+        _write_index(exp_dir, kept, more, cap)
 
 
-def _write_index(exp_dir: Path, fresh: tuple[dict, dict], more: bool, cap: int = 64 * MAX_EXPERIMENT) -> None:
-    """Both index files, atomically; a reader that did not load the second merges into it."""
-    if not more:
-        kept = _cached(exp_dir / INDEX_MORE, cap)
-        fresh = (fresh[0], {**{n: kept[n] for n in fresh[0] if n in kept}, **fresh[1]})
+_NONE = object()
+
+
+def read_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, more: bool = False) -> list[dict]:
+    """:func:`iter_index`'s digests (their brief part checked: :func:`brief`) in a list, by
+    trial number."""
+    return sorted(iter_index(exp_dir, problems, more, use=brief), key=lambda d: d["number"])
+
+
+def _write_index(exp_dir: Path, kept: list[tuple[str, list[int], list[bytes] | None]], more: bool, cap: int) -> None:
+    """Both index files, atomically, each entry's line the old one where its record was
+    unchanged (read again here, one file at a time), else its new one; the second file's
+    old lines are kept as they are where the reader did not load it (their versions are
+    checked when it is read)."""
     try:
-        for name, trials in zip((INDEX, INDEX_MORE), fresh):
-            write_text(exp_dir / name, json.dumps({"format": 2, "trials": trials}, separators=(",", ":")))
+        for n, name in enumerate((INDEX, INDEX_MORE)):
+            old = _IndexFile(exp_dir / name, cap)
+            out = [_HEADER]
+            for file, version, new in kept:
+                if new is not None:
+                    out.append(new[n])
+                    continue
+                found = old.take(file)
+                if found is not None and (found[0] == version or (n and not more)):
+                    out.append(found[2] + b"\n")
+            del old
+            with atomic(exp_dir / name) as tmp:
+                tmp.write_bytes(b"".join(out))
     except OSError:
         pass
 
