@@ -402,7 +402,7 @@ def arch_problem(arch: dict | None) -> str:
 _BRIEF = {"id", "number", "status", "reason", "node", "devices", "points", "summary"}
 
 
-class _DigestPoint(TypedDict, total=False):
+class _DigestPoint(TypedDict):
     k: int | None
     values: dict[str, float]
     se: dict[str, float]
@@ -575,7 +575,10 @@ class _IndexFile:
             try:  # pydantic's parser: its cache shares the strings 10,000 digests repeat (names, keys)
                 name, version, part = from_json(line)
             except (ValueError, TypeError):
-                continue
+                try:  # json's: a file name that is not UTF-8 (a lone surrogate escaped), which from_json refuses
+                    name, version, part = json.loads(line)
+                except (ValueError, TypeError):
+                    continue
             if isinstance(name, str) and isinstance(part, dict):
                 return name, version, part, line
         return None
@@ -608,7 +611,8 @@ def iter_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, mo
     so a new version has a new inode); a record whose file changed, and only such, is read
     again (:func:`read_trials`'s rules, its problems appended to ``problems``), as is one
     whose kept digest ``use`` refuses (ValueError, pydantic's among them, TypeError,
-    KeyError, IndexError: a torn or planted line); and both files are rewritten atomically
+    KeyError, IndexError, ArithmeticError: a planted line, or one of another version); and
+    both files are rewritten atomically
     once the last is yielded when anything changed (not at all where the directory cannot be
     written: the next reader reads again). Memory: the index files' bytes and the digest
     being yielded; a reader that keeps each as a record never holds 10,000 parsed digests."""
@@ -642,7 +646,7 @@ def iter_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, mo
             data = {**parts[0], "more": parts[1]} if more else parts[0]
             try:
                 out = data if use is None else use(data)
-            except (ValueError, TypeError, KeyError, IndexError):
+            except (ValueError, TypeError, KeyError, IndexError, ArithmeticError):
                 pass  # not a digest this reader can use: the record is read again
         if out is not _NONE:
             kept.append((entry.name, version, None))
@@ -676,24 +680,23 @@ def read_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, mo
 
 
 def _write_index(exp_dir: Path, kept: list[tuple[str, list[int], list[bytes] | None]], more: bool, cap: int) -> None:
-    """Both index files, atomically, each entry's line the old one where its record was
-    unchanged (read again here, one file at a time), else its new one; the second file's
-    old lines are kept as they are where the reader did not load it (their versions are
-    checked when it is read)."""
+    """Both index files, atomically, line by line: each entry's line the old one where its
+    record was unchanged (read again here, one file at a time), else its new one; the second
+    file's old lines are kept as they are where the reader did not load it (their versions
+    are checked when it is read)."""
     try:
         for n, name in enumerate((INDEX, INDEX_MORE)):
             old = _IndexFile(exp_dir / name, cap)
-            out = [_HEADER]
-            for file, version, new in kept:
-                if new is not None:
-                    out.append(new[n])
-                    continue
-                found = old.take(file)
-                if found is not None and (found[0] == version or (n and not more)):
-                    out.append(found[2] + b"\n")
+            with atomic(exp_dir / name) as tmp, tmp.open("wb") as f:
+                f.write(_HEADER)
+                for file, version, new in kept:
+                    if new is not None:
+                        f.write(new[n])
+                        continue
+                    found = old.take(file)
+                    if found is not None and (found[0] == version or (n and not more)):
+                        f.write(found[2] + b"\n")
             del old
-            with atomic(exp_dir / name) as tmp:
-                tmp.write_bytes(b"".join(out))
     except OSError:
         pass
 

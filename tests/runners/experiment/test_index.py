@@ -2,7 +2,9 @@
 and the report's reader of digests (runners.results.experiment.read_candidates): JSON lines
 read one at a time; a record re-read only when its file changed or its line is not a digest;
 the files rewritten only when something changed, to what a cold read writes; a damaged,
-planted or older index never crashes a reader and is never trusted; the report from digests
+planted or older index never crashes a reader, and a line that is not a digest of the shape
+the reader needs is not used (a well-formed digest with wrong numbers is, as before the
+index had lines: the index is the readers' cache, not a record); the report from digests
 (elastic points, rungs, an objective the cost sheet supplies) equals the report from the
 records themselves."""
 import copy
@@ -157,6 +159,13 @@ def _damage(exp: Path, how: str) -> None:
         line = json.loads(brief[7])
         line[2]["reps"] = [[0, 0, "complete", [[None, {"acc": [1]}]]]]
         brief[7] = json.dumps(line).encode()
+        line = json.loads(more[9])
+        line[2]["rungs"] = [[10 ** 400, 0.5]]  # an int, too large for a float
+        more[9] = json.dumps(line).encode()
+        for i, point in ((10, {"k": None}), (11, {"values": {"acc": 0.5}})):  # status reads k and values
+            line = json.loads(brief[i])
+            line[2]["points"] = [point]
+            brief[i] = json.dumps(line).encode()
     elif how == "format 2":
         (exp / INDEX).write_text(json.dumps({"format": 2, "trials": {}}))
         return
@@ -184,6 +193,20 @@ def test_a_damaged_index_is_read_around_and_rewritten_as_a_cold_read_writes_it(t
     _damage(exp, how)
     assert status_data(exp) == status  # status's
     assert (exp / INDEX).read_bytes() == written[INDEX]
+
+
+def test_a_record_whose_name_is_not_utf8_is_read_once_and_its_line_kept(tmp_path, monkeypatch):
+    """os.scandir gives such a name with a lone surrogate, which the line escapes and
+    pydantic's parser refuses: json's reads it, so the index is not rewritten on every read."""
+    exp = experiment(tmp_path / "exp", n=4)
+    record = json.loads((exp / "trials" / "t0001.json").read_text())
+    with open(os.path.join(os.fsencode(exp / "trials"), b"t\xff.json"), "w") as f:
+        f.write(json.dumps({**record, "id": "t9999", "number": 9999}))
+    assert len(read_index(exp, more=True)) == 7
+    before = stamp(exp / INDEX)
+    seen = count_reads(monkeypatch)
+    assert len(read_index(exp)) == 7 and read_candidates(exp, False, OBJECTIVES).trials[-1].id == "t9999"
+    assert seen == [] and stamp(exp / INDEX) == before
 
 
 def test_records_from_digests_share_their_field_names_and_stay_records(tmp_path):
