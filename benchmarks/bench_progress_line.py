@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from bench_status_scale import CALIBRATED, fabricate, tiny_source  # noqa: E402
+from bench_status_scale import MAIN, fabricate, tiny_source  # noqa: E402
 
 
 def per_message(records: list, objectives, messages: int) -> float:
@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="10,100,1000,10000")
     ap.add_argument("--messages", type=int, default=200)
     ap.add_argument("--old-up-to", type=int, default=1000, help="time the old line up to this many candidates")
-    ap.add_argument("--source", type=Path, default=CALIBRATED if CALIBRATED.is_dir() else None)
+    ap.add_argument("--source", type=Path, default=MAIN if (MAIN / "experiment.json").is_file() else None)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     from runners.results.records import read_experiment, read_trials

@@ -2,7 +2,7 @@
 against Optuna's own plots of the same trials (issue #32).
 
 The experiments are fabricated from real records: each candidate is a copy of one trial of
-a real sweep (the README's main command's records when ``--source`` names them, else a
+a real sweep (``--source``; by default the README's main command's records, ``runs/quickstart``, else a
 tiny real sweep run here first: 2 candidates × 2 seeds, a few steps) with every metric
 jittered by 5%: each replicate's quality and each candidate's projection compute (and its
 cost sheet) multiplied by ``1 + 0.05 z``, z standard normal, independently; each trial's
@@ -35,7 +35,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-CALIBRATED = Path("/work/runs/cal/quickstart/budget-1x")  # the main command's records, where they exist
+MAIN = ROOT / "runs" / "quickstart"  # the README main command's records (its --out), where they exist
 JITTER = 0.05
 
 
@@ -214,7 +214,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000,10000")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--source", type=Path, default=CALIBRATED if CALIBRATED.is_dir() else None)
+    ap.add_argument("--source", type=Path, default=MAIN if (MAIN / "experiment.json").is_file() else None)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
