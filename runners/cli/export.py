@@ -64,15 +64,18 @@ CkptOpt = Annotated[Path | None, typer.Option(
 
 def _warn_unreadable(exp_dir: Path) -> None:
     """One warning line per trial record the export skips (runners.export.pick.read); none
-    when the experiment itself is unreadable (the export's error says so)."""
-    from runners.results.records import read_experiment, read_trials
+    when the experiment itself is unreadable (the export's error says so). Through the index
+    (``records.iter_index``, one digest at a time): only records changed since it was written
+    are read again, and an unreadable one always is, so it is named."""
+    from runners.results.records import iter_index, read_experiment
 
     try:
         read_experiment(exp_dir)
     except (OSError, ValueError):
         return
     skipped: list = []
-    read_trials(exp_dir, problems=skipped)
+    for _ in iter_index(exp_dir, problems=skipped):
+        pass
     for p in skipped:
         console_err.print(f"warning: {p}; skipped", markup=False, highlight=False)
 

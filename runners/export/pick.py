@@ -1,7 +1,8 @@
 """Which trial of an experiment to export: by id, or picked from the Pareto front.
 
-The experiment is the read-model's (:func:`runners.results.experiment.load`): every
-complete trial with a spec contributes its points (an elastic trial one per evaluated loop
+The experiment is the read-model's (:func:`runners.results.experiment.load`; past
+``WHOLE`` trials ``from_digests``, as status reads it): every complete trial with a spec
+contributes its points (an elastic trial one per evaluated loop
 count ``k``), each with a finite value for every objective. ``knee`` is the front's knee
 (:func:`nas.pareto.knee_point`); ``best-quality`` the best value of the proxy's quality
 objective, ``cheapest`` the best value of the first cost-model objective (the first
@@ -15,11 +16,12 @@ from pathlib import Path
 from typing import Literal
 
 from nas.errors import LoopnasError
-from runners.results import experiment
-from runners.results.experiment import Experiment, TrialPoint
-from runners.results.front import cost_objectives
+from runners.results import experiment, records
+from runners.results.experiment import Experiment, TrialPoint, points_of
+from runners.results.front import cost_objectives, finite_values
 from runners.results.records import (
-    ExperimentRecord, Objective, RecordError, TrialRecord, read_experiment, read_trials,
+    ExperimentRecord, Objective, RecordError, TrialRecord, read_experiment, read_index, read_record, read_trials,
+    trial_path,
 )
 
 Pick = Literal["knee", "best-quality", "cheapest"]
@@ -77,23 +79,57 @@ def pick_index(exp: Experiment, pick: Pick) -> tuple[int, str]:
     return _lexicographic(exp.points, order), f"the {word} {first[0].name} ({first[0].direction}), ties broken by the other objectives"
 
 
+def _from_digests(exp_dir: Path) -> tuple[Experiment, list[dict], int]:
+    """Past ``WHOLE`` trials, the experiment as status reads it (``experiment.from_digests``:
+    only the candidates with a spec that can reach the front made records, ranked as all),
+    every digest and how many points the trials with a spec have. Every pick lies on the
+    front, so it is among those candidates; the chosen one is read whole after."""
+    record = read_experiment(exp_dir)
+    digests = read_index(exp_dir, problems=[])
+    admitted = [d for d in digests if d["has_arch"]]
+    names = [o.name for o in record.objectives]
+    total = sum(1 for d in admitted if d["status"] == "complete" for p in d["points"]
+                if finite_values(p["values"], names))
+    return experiment.from_digests(exp_dir, record, admitted), digests, total
+
+
+def _whole(exp_dir: Path, trial_id: str) -> TrialRecord:
+    found, why = read_record(trial_path(exp_dir, trial_id), TrialRecord)
+    if found is None or found.arch is None:
+        raise ExportError(f"trial {trial_id}: its record cannot be read again ({why or 'no architecture'})")
+    return found
+
+
 def choose(exp_dir: str | Path, trial: str | None = None, pick: Pick | None = None) -> Choice:
-    """The trial to export: ``trial`` by id, or ``pick`` over the experiment's points."""
+    """The trial to export: ``trial`` by id, or ``pick`` over the experiment's points. Past
+    ``experiment.WHOLE`` trials from the records' digests (:func:`_from_digests`), as status
+    reads them: the same choice, without 10,000 whole records in memory."""
+    exp_dir = Path(exp_dir)
+    digests = None
     try:
-        exp = experiment.load(exp_dir, admit=lambda t: t.arch is not None)  # only a trial with a spec is exported
+        if experiment.trial_files(exp_dir) > experiment.WHOLE:
+            exp, digests, total = _from_digests(exp_dir)
+        else:
+            exp = experiment.load(exp_dir, admit=lambda t: t.arch is not None)  # only a trial with a spec is exported
+            total = len(exp.points)
     except (FileNotFoundError, RecordError) as exc:
         raise ExportError(str(exc)) from None
     if (trial is None) == (pick is None):
         raise ExportError("give exactly one of --trial ID or --pick knee|best-quality|cheapest")
     front = tuple(label(p) for p in exp.members)
     if trial is not None:
-        found = next((t for t in exp.trials if t.id == trial), None)
-        if found is None:
-            known = ", ".join(t.id for t in exp.trials[:8]) + (", ..." if len(exp.trials) > 8 else "")
+        ids = [d["id"] for d in digests] if digests is not None else [t.id for t in exp.trials]
+        if trial not in ids:
+            known = ", ".join(ids[:8]) + (", ..." if len(ids) > 8 else "")
             raise ExportError(f"no trial {trial!r} in {exp_dir} (trials: {known or 'none'})")
+        if digests is None:
+            found = next(t for t in exp.trials if t.id == trial)
+        else:
+            d = digests[ids.index(trial)]
+            found = _whole(exp_dir, trial) if d["has_arch"] else records.undigest(d)
         if found.arch is None:
             raise ExportError(f"trial {trial} has no architecture (status {found.status})")
-        mine = [p for p in exp.points if p.trial.id == trial]
+        mine = points_of(found, exp.objectives)
         return Choice(exp.record, found, None, f"trial {trial}, chosen by id (--trial)",
                       _objectives(mine[-1], exp.objectives) if mine else {}, front)
     if pick not in PICKS:
@@ -103,8 +139,9 @@ def choose(exp_dir: str | Path, trial: str | None = None, pick: Pick | None = No
                           f"({', '.join(o.name for o in exp.objectives)})")
     i, how = pick_index(exp, pick)
     p = exp.points[i]
-    return Choice(exp.record, p.trial, p.k, f"{label(p)}, picked by --pick {pick}: {how}, among "
-                  f"{len(exp.points)} points of complete trials", _objectives(p, exp.objectives), front)
+    chosen = p.trial if digests is None else _whole(exp_dir, p.trial.id)
+    return Choice(exp.record, chosen, p.k, f"{label(p)}, picked by --pick {pick}: {how}, among "
+                  f"{total} points of complete trials", _objectives(p, exp.objectives), front)
 
 
 def _objectives(point: TrialPoint, objectives: list[Objective]) -> dict[str, float]:

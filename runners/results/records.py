@@ -421,6 +421,7 @@ class _Brief(TypedDict):
     node: str | None
     devices: list[str]
     reps: list[tuple[int, int, ReplicateStatus, list[tuple[int | None, dict[str, float]]]]]
+    has_arch: bool
 
 
 _BRIEF_DIGEST = TypeAdapter(_Brief)
@@ -439,7 +440,9 @@ def brief(data: dict) -> dict:
 def digest(record: TrialRecord) -> dict:
     """What a reader of many trials needs of one record, as JSON data a :class:`TrialRecord`
     validates from (:func:`undigest`): its status, devices, summary and points, under
-    ``"reps"`` its replicates' ``[index, seed, status, [[k, values], ...]]``; under ``"more"``, the rest but the canonical spec (``arch_problem`` says whether it is valid), replicate rungs and
+    ``"reps"`` its replicates' ``[index, seed, status, [[k, values], ...]]``, ``"has_arch"``
+    whether it has a spec; under ``"more"``, the rest but the canonical spec (``arch_problem``
+    says whether it is valid), replicate rungs and
     timings and the cost sheet's per-op detail, with rungs as ``[step, quality]``."""
     data = record.model_dump(mode="json", include=_BRIEF)
     data["reps"] = [[r.index, r.seed, r.status, [[p.k, p.values] for p in r.points]] for r in record.replicates]
@@ -452,7 +455,7 @@ def digest(record: TrialRecord) -> dict:
                              for k, v in cost["per_k"].items()}
         more["cost"] = cost
     more["arch_problem"] = arch_problem(record.arch)
-    more["has_arch"] = record.arch is not None
+    data["has_arch"] = record.arch is not None  # export picks among trials with a spec
     data["more"] = more
     return data
 
@@ -505,7 +508,7 @@ def undigest(data: dict, more: bool = False, replicates: bool = True, rungs: boo
     their field-name sets (:class:`_SharedNames`): read-only, as a reader keeps them."""
     replicates = [{"index": i, "seed": seed, "status": status, "points": [{"k": k, "values": v} for k, v in points]}
                   for i, seed, status, points in data["reps"]] if replicates else []
-    brief = {k: v for k, v in data.items() if k not in ("reps", "more")}
+    brief = {k: v for k, v in data.items() if k not in ("reps", "more", "has_arch")}
     rest = {}
     if more:
         rest = {k: v for k, v in data["more"].items() if k != "rungs"}

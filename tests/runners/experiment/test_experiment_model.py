@@ -74,6 +74,38 @@ def test_status_report_pick_and_the_progress_line_agree_at_10000_candidates(big,
     assert line.text(line.counts()).endswith("front: " + ", ".join(t for t, _ in members[:6]))
 
 
+def test_export_picks_from_the_digests_as_from_the_records(tmp_path, monkeypatch):
+    """Past WHOLE trials export picks as status reads (only candidates that can reach the
+    front made records, the chosen one read whole): every pick, --trial and its errors are
+    those of the whole records; a trial without a spec is never picked."""
+    from runners.export.pick import ExportError, choose
+
+    src = _source(tmp_path / "src")
+    spec = arch("tiny_noloop").model_dump(mode="json")
+    for path in (src / "trials").glob("t*.json"):
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps({**data, "arch": spec}))
+    exp = _bench().fabricate(src, tmp_path / "exp", 300)
+    best = json.loads((exp / "trials" / "t0001.json").read_text())  # the best of the three kinds
+    (exp / "trials" / "t0001.json").write_text(json.dumps({**best, "arch": None}))  # no spec: not exported
+    whole = {p: choose(exp, pick=p) for p in ("knee", "best-quality", "cheapest")}
+    whole["t0004"] = choose(exp, trial="t0004")
+    errors = []
+    for bad in ("t0001", "t9999"):
+        with pytest.raises(ExportError) as e:
+            choose(exp, trial=bad)
+        errors.append(str(e.value))
+    monkeypatch.setattr(experiment, "WHOLE", 10)
+    digests = {p: choose(exp, pick=p) for p in ("knee", "best-quality", "cheapest")}
+    digests["t0004"] = choose(exp, trial="t0004")
+    assert digests == whole and all(c.trial.arch == spec for c in digests.values())
+    assert whole["best-quality"].trial.id != "t0001" and "among 299 points" in whole["knee"].how
+    for bad, error in zip(("t0001", "t9999"), errors):
+        with pytest.raises(ExportError) as e:
+            choose(exp, trial=bad)
+        assert str(e.value) == error
+
+
 @pytest.fixture
 def small(tmp_path):
     """Four candidates of five seeds sharing a seed effect, and one of one seed; each with
