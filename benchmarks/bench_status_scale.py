@@ -9,7 +9,7 @@ cost sheet) multiplied by ``1 + 0.05 z``, z standard normal, independently; each
 point is the mean and standard error of its jittered replicates, as the driver writes it.
 
 Timed in this process (a fresh in-process reader each time, so nothing is cached in
-memory) and as subprocesses (`loopnas status --json`, `loopnas report`: their wall time
+memory) and as subprocesses (`loopnas status --json`, `loopnas report`, `loopnas export --pick knee`: their wall time
 and peak RSS). The baseline, timed in this same process: an in-memory Optuna study of the
 same trials (``optuna.trial.create_trial`` with the replicate means as values) and
 ``optuna.visualization.plot_pareto_front`` + ``plot_hypervolume_history`` written as one
@@ -195,6 +195,8 @@ def measure(exp_dir: Path) -> dict:
     row["status_s"], row["status_mb"] = _subprocess("status", str(exp_dir), "--json")
     row["report_cold_s"], row["report_cold_mb"] = _subprocess("report", str(exp_dir))
     row["report_s"], row["report_mb"] = _subprocess("report", str(exp_dir))
+    row["export_s"], row["export_mb"] = _subprocess("export", str(exp_dir), "--pick", "knee",
+                                                    "--out", str(exp_dir / "exported"))
     t = time.perf_counter()
     data = status_data(exp_dir)
     row["status_inproc_s"] = time.perf_counter() - t
@@ -222,8 +224,9 @@ def main() -> None:
         source = args.source or tiny_source(tmp)
         lines = [f"source: {source}", "",
                  "| candidates × seeds | front | status cold s (MB) | status s (MB) | report cold s (MB) "
-                 "| report s (MB) | page MB | Optuna plots s (page MB) | status ÷ Optuna | report ÷ Optuna |",
-                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                 "| report s (MB) | page MB | export --pick knee s (MB) | Optuna plots s (page MB) | status ÷ Optuna "
+                 "| report ÷ Optuna |",
+                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         stage_lines: list[str] = []
         for n in map(int, args.sizes.split(",")):
             exp_dir = fabricate(source, tmp / f"x{n}", n, args.seeds)
@@ -231,7 +234,7 @@ def main() -> None:
             lines.append(f"| {n:,} × {args.seeds} | {r['front']} | {r['status_cold_s']:.2f} ({r['status_cold_mb']:.0f}) "
                          f"| {r['status_s']:.2f} ({r['status_mb']:.0f}) | {r['report_cold_s']:.2f} "
                          f"({r['report_cold_mb']:.0f}) | {r['report_s']:.2f} ({r['report_mb']:.0f}) | {r['page_mb']:.2f} "
-                         f"| {r['optuna_s']:.2f} ({r['optuna_page_mb']:.2f}) | {r['status_s'] / r['optuna_s']:.2f} "
+                         f"| {r['export_s']:.2f} ({r['export_mb']:.0f}) | {r['optuna_s']:.2f} ({r['optuna_page_mb']:.2f}) | {r['status_s'] / r['optuna_s']:.2f} "
                          f"| {r['report_s'] / r['optuna_s']:.2f} |")
             print(lines[-1], flush=True)
             stage_lines.append(f"- {n:,} × {args.seeds}, the report's peak MB after each stage: {r['stages']}")
