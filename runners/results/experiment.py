@@ -233,6 +233,7 @@ def read_candidates(exp_dir: str | Path, whole: bool, objectives: list[Objective
         trials = read_trials(exp_dir, problems=problems)
         return Candidates(trials, {t.id: records.arch_problem(t.arch) for t in trials if t.status == "complete"},
                           problems)
+
     def use(d: dict) -> tuple:  # raises on a digest that is not one (iter_index reads its record again)
         d = brief(d)
         trial = undigest(d, more=True, replicates=False, rungs=False)

@@ -615,10 +615,10 @@ def iter_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, mo
     again (:func:`read_trials`'s rules, its problems appended to ``problems``), as is one
     whose kept digest ``use`` refuses (ValueError, pydantic's among them, TypeError,
     KeyError, IndexError, ArithmeticError: a planted line, or one of another version); and
-    both files are rewritten atomically
-    once the last is yielded when anything changed (not at all where the directory cannot be
-    written: the next reader reads again). Memory: the index files' bytes and the digest
-    being yielded; a reader that keeps each as a record never holds 10,000 parsed digests."""
+    both files are rewritten atomically once the last is yielded when anything changed (not
+    at all where the directory cannot be written: the next reader reads again). Memory: the
+    index files' bytes and the digest being yielded; a reader that keeps each as a record
+    never holds 10,000 parsed digests."""
     exp_dir = Path(exp_dir)
     trials = exp_dir / TRIALS
     try:
