@@ -67,10 +67,10 @@ def _sheet_at(cost: dict, k: int | None) -> dict:
     figures = cost
     if k is not None and str(k) in cost.get("per_k", {}):
         figures = cost["per_k"][str(k)]
-    top = {"unique_params": cost["unique_params"], "train_flops_per_token": cost.get("train_flops_per_token")}
     if figures is cost and "train_flops_per_token" in cost:
         return cost  # the sheet itself (not a copy for each of 10,000 rows)
-    return {**figures, **top}
+    return {**figures, "unique_params": cost["unique_params"],
+            "train_flops_per_token": cost.get("train_flops_per_token")}
 
 
 def _reprice(trial: TrialRecord, seq_len: int) -> dict | None:

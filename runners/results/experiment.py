@@ -237,10 +237,10 @@ def read_candidates(exp_dir: str | Path, whole: bool, objectives: list[Objective
     def use(d: dict) -> tuple:  # raises on a digest that is not one (iter_index reads its record again)
         d = brief(d)
         trial = undigest(d, more=True, replicates=False, rungs=False)
-        reps = {}
+        reps, replicates = {}, digest_replicates(d)
         for p in trial.points:  # cost-model columns: set at rank time, where a cost sheet may add them
             known = {o.name: p.values.get(o.name, math.nan) for o in objectives}
-            reps[p.k] = replicate_rows(digest_replicates(d), p.k, objectives, known)
+            reps[p.k] = replicate_rows(replicates, p.k, objectives, known)
         return trial, str(d["more"].get("arch_problem", "")), digest_rungs(d), reps
 
     out = Candidates([], {}, problems, {}, {})

@@ -605,6 +605,9 @@ def _line(name: str, version: list[int], part: dict) -> bytes:
     return json.dumps([name, version, part], separators=(",", ":")).encode() + b"\n"
 
 
+_NONE = object()  # iter_index: no usable digest yet
+
+
 def iter_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, more: bool = False,
                use: Callable[[dict], Any] | None = None) -> Iterator[Any]:
     """The :func:`digest` of every readable trial record, in file-name order (``"more"`` a
@@ -671,9 +674,6 @@ def iter_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, mo
     if any(hits != f.lines for f in files) or len(kept) != hits:
         del files
         _write_index(exp_dir, kept, more, cap)
-
-
-_NONE = object()
 
 
 def read_index(exp_dir: str | Path, problems: list[Unreadable] | None = None, more: bool = False) -> list[dict]:
